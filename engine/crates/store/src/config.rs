@@ -1,0 +1,134 @@
+//! Store configuration. Defaults suit a production node; tests shrink the sizes to exercise rolls,
+//! flushes and merges quickly.
+
+use crate::error::{Error, Result};
+
+/// When a write becomes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// The OS decides when journal pages reach the disk. A process crash loses nothing that was
+    /// acknowledged (the data is in the page cache); a machine crash may lose recent writes.
+    #[default]
+    None,
+    /// A write returns only after its journal record is on disk (fdatasync). Concurrent writers
+    /// share one fdatasync per commit group.
+    Sync,
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" | "off" => Ok(SyncMode::None),
+            "sync" | "on" => Ok(SyncMode::Sync),
+            other => Err(Error::InvalidConfig(format!(
+                "sync_on_write must be `none` or `sync`, not `{other}`"
+            ))),
+        }
+    }
+}
+
+/// Store settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub sync_on_write: SyncMode,
+    /// A journal segment rolls when it reaches this size.
+    pub journal_segment_bytes: u64,
+    /// ... or this many records.
+    pub journal_segment_records: u64,
+    /// The ledger memtable is flushed to an SST when it holds this many bytes.
+    pub memtable_bytes: usize,
+    /// Target size of a ledger SST file.
+    pub sst_target_bytes: u64,
+    /// Target size of an SST data block.
+    pub sst_block_bytes: usize,
+    /// Bloom filter bits per key.
+    pub bloom_bits_per_key: u32,
+    /// L0 files that trigger a merge into L1.
+    pub l0_merge_trigger: usize,
+    /// L0 files at which writers wait for merges.
+    pub l0_stall_files: usize,
+    /// Memtables waiting to be flushed at which writers wait.
+    pub max_immutable_memtables: usize,
+    /// Size target of L1; each deeper level is `level_multiplier` times larger.
+    pub level_base_bytes: u64,
+    pub level_multiplier: u64,
+    /// Largest accepted value.
+    pub max_value_bytes: usize,
+    /// Largest accepted user metadata (version vectors live here).
+    pub max_metadata_bytes: usize,
+}
+
+/// Longest accepted key.
+pub const MAX_KEY_BYTES: usize = 64 * 1024;
+/// Longest accepted bucket name.
+pub const MAX_BUCKET_BYTES: usize = 255;
+/// Number of ledger levels (L0..L6).
+pub const NUM_LEVELS: usize = 7;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sync_on_write: SyncMode::None,
+            journal_segment_bytes: 1 << 30,
+            journal_segment_records: 200_000,
+            memtable_bytes: 16 << 20,
+            sst_target_bytes: 8 << 20,
+            sst_block_bytes: 4096,
+            bloom_bits_per_key: 10,
+            l0_merge_trigger: 4,
+            l0_stall_files: 16,
+            max_immutable_memtables: 2,
+            level_base_bytes: 64 << 20,
+            level_multiplier: 10,
+            max_value_bytes: 50 << 20,
+            max_metadata_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Config {
+    /// Small sizes that make tests roll segments, flush and merge often.
+    pub fn small_for_tests() -> Self {
+        Config {
+            journal_segment_bytes: 256 << 10,
+            journal_segment_records: 500,
+            memtable_bytes: 32 << 10,
+            sst_target_bytes: 16 << 10,
+            sst_block_bytes: 1024,
+            level_base_bytes: 64 << 10,
+            level_multiplier: 4,
+            l0_stall_files: 8,
+            ..Config::default()
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
+        if self.journal_segment_bytes < 4096 {
+            return bad("journal_segment_bytes must be at least 4096");
+        }
+        if self.journal_segment_records == 0 {
+            return bad("journal_segment_records must be at least 1");
+        }
+        if self.memtable_bytes < 1024 {
+            return bad("memtable_bytes must be at least 1024");
+        }
+        if self.sst_block_bytes < 256 || self.sst_target_bytes < self.sst_block_bytes as u64 {
+            return bad("sst_block_bytes must be >= 256 and <= sst_target_bytes");
+        }
+        if self.l0_merge_trigger == 0 || self.l0_stall_files <= self.l0_merge_trigger {
+            return bad("l0_stall_files must be greater than l0_merge_trigger (>= 1)");
+        }
+        if self.max_immutable_memtables == 0 {
+            return bad("max_immutable_memtables must be at least 1");
+        }
+        if self.level_multiplier < 2 {
+            return bad("level_multiplier must be at least 2");
+        }
+        if self.max_value_bytes > (1 << 30) {
+            return bad("max_value_bytes must be at most 1 GiB");
+        }
+        Ok(())
+    }
+}

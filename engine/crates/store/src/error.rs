@@ -1,0 +1,71 @@
+//! Errors returned by the store. Every variant carries enough context to tell a user what went wrong
+//! and where; corruption is always reported, never papered over with a wrong value.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What a store operation can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is empty or too long.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// The bucket is empty, too long, or contains a byte the ledger key encoding reserves.
+    #[error("invalid bucket: {0}")]
+    InvalidBucket(String),
+    /// An index change names an invalid field or term.
+    #[error("invalid index change: {0}")]
+    InvalidIndex(String),
+    /// The value exceeds `Config::max_value_bytes`.
+    #[error("value of {size} bytes exceeds the limit of {limit} bytes (Config::max_value_bytes)")]
+    ValueTooLarge { size: usize, limit: usize },
+    /// The metadata exceeds `Config::max_metadata_bytes`.
+    #[error("metadata of {size} bytes exceeds the limit of {limit} bytes (Config::max_metadata_bytes)")]
+    MetadataTooLarge { size: usize, limit: usize },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The store was closed; open it again to use it.
+    #[error("the store is closed")]
+    Closed,
+    /// Another open store (in this or another process) holds the directory's lock.
+    #[error("store directory {path} is locked by another open store")]
+    Locked { path: PathBuf },
+    /// An I/O error, with what the store was doing.
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Stored data failed a checksum or structural check.
+    #[error("corruption detected: {0}")]
+    Corruption(String),
+    /// A background task failed; the store refuses writes until reopened.
+    #[error("store is unusable after a background failure (reopen it): {0}")]
+    Poisoned(String),
+}
+
+impl Error {
+    /// True when the error means stored bytes are damaged.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption(_))
+    }
+}
+
+/// Attach context to an `io::Error`.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            context: context(),
+            source,
+        })
+    }
+}

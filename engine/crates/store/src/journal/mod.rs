@@ -1,0 +1,135 @@
+//! The journal: append-only segments holding every write's record (key, metadata, index changes and
+//! value), addressed by SQN. It is the write-ahead log and the home of values; the ledger only stores
+//! the SQN, so rewriting segments never touches the ledger.
+
+pub(crate) mod record;
+pub(crate) mod segment;
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::error::{Error, IoContext, Result};
+use segment::{IdxEntry, Segment};
+
+/// Read side of the journal: the ordered list of segments.
+pub(crate) struct Journal {
+    pub dir: PathBuf,
+    segments: RwLock<Vec<Arc<Segment>>>,
+    /// Records read from segments (the counting layer behind "HEAD never reads the journal").
+    pub reads: AtomicU64,
+}
+
+/// An owned copy of a record's payload.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedRecord {
+    pub value: Vec<u8>,
+}
+
+impl Journal {
+    pub(crate) fn new(dir: PathBuf, segments: Vec<Arc<Segment>>) -> Self {
+        Journal { dir, segments: RwLock::new(segments), reads: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn segments(&self) -> Vec<Arc<Segment>> {
+        self.segments.read().clone()
+    }
+
+    pub(crate) fn push(&self, seg: Arc<Segment>) {
+        self.segments.write().push(seg);
+    }
+
+    fn find(&self, sqn: u64) -> Option<(Arc<Segment>, IdxEntry)> {
+        let segs = self.segments.read();
+        // Segments are ordered by SQN range; take the last one starting at or before `sqn`.
+        let mut i = segs.partition_point(|s| s.first_sqn().is_some_and(|f| f <= sqn));
+        while i > 0 {
+            i -= 1;
+            if let Some(e) = segs[i].locate(sqn) {
+                return Some((segs[i].clone(), e));
+            }
+            if segs[i].first_sqn().is_some() {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Read the record with `sqn`, verifying its checksum and that it is the record asked for.
+    pub(crate) fn read(&self, sqn: u64, ledger_key: &[u8]) -> Result<OwnedRecord> {
+        let (seg, e) = self.find(sqn).ok_or_else(|| {
+            Error::Corruption(format!("journal has no record with sqn {sqn} that the ledger points to"))
+        })?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let raw = seg.read_raw(e)?;
+        let view = record::decode(&raw).map_err(|err| {
+            Error::Corruption(format!("segment {} record sqn {sqn}: {err}", seg.path.display()))
+        })?;
+        if view.sqn != sqn || view.ledger_key != ledger_key {
+            return Err(Error::Corruption(format!(
+                "segment {} holds sqn {} for another key where sqn {sqn} was expected",
+                seg.path.display(),
+                view.sqn
+            )));
+        }
+        Ok(OwnedRecord { value: view.value.to_vec() })
+    }
+
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        self.segments.read().iter().map(|s| s.disk_bytes()).sum()
+    }
+}
+
+/// The append side: the active segment and its write handle. Owned by the store's write lock.
+pub(crate) struct JournalWriter {
+    pub seg: Arc<Segment>,
+    pub file: Arc<File>,
+    pub size: u64,
+    pub records: u64,
+}
+
+impl JournalWriter {
+    /// Append one encoded record. On failure the segment is cut back to its previous end so a
+    /// half-written record never sits between valid ones.
+    pub(crate) fn append(&mut self, sqn: u64, buf: &[u8]) -> Result<()> {
+        let mut f: &File = &self.file;
+        if let Err(e) = f.write_all(buf) {
+            let cut = self.file.set_len(self.size);
+            return Err(match cut {
+                Ok(()) => Error::Io { context: format!("appending sqn {sqn} to the journal"), source: e },
+                Err(e2) => Error::Poisoned(format!(
+                    "journal append failed ({e}) and the segment could not be cut back ({e2})"
+                )),
+            });
+        }
+        self.seg.push_index(IdxEntry { sqn, offset: self.size, len: buf.len() as u32 });
+        self.size += buf.len() as u64;
+        self.records += 1;
+        Ok(())
+    }
+
+    pub(crate) fn full(&self, max_bytes: u64, max_records: u64) -> bool {
+        self.size >= max_bytes || self.records >= max_records
+    }
+
+    /// Make everything appended so far durable.
+    pub(crate) fn sync(file: &File) -> Result<()> {
+        file.sync_data().ctx(|| "syncing the journal".to_string())
+    }
+
+    /// Close this segment (fsync, write its index) and start a new one with `new_id`.
+    pub(crate) fn roll(&mut self, dir: &Path, new_id: u64) -> Result<Arc<Segment>> {
+        Self::sync(&self.file)?;
+        self.seg.close(dir)?;
+        let (seg, file) = Segment::create(dir, new_id)?;
+        self.seg = seg.clone();
+        self.file = Arc::new(file);
+        self.size = 0;
+        self.records = 0;
+        Ok(seg)
+    }
+}

@@ -1,0 +1,185 @@
+//! Journal record codec.
+//!
+//! ```text
+//! record   := body_len:u32 crc:u32 body            (crc = CRC32C(body), little-endian ints)
+//! body     := sqn:u64 kind:u8 ledger_key:bytes metadata:bytes n_changes:u32 change* value:bytes
+//! change   := op:u8 (1 add, 2 remove) field:bytes term
+//! term     := 0x01 i64 | 0x02 bytes
+//! bytes    := len:u32 data
+//! ```
+
+use crate::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
+use crate::error::{Error, Result};
+use crate::keys::{IndexChange, IndexOp, Term};
+
+/// Bytes before the body: length and CRC.
+pub(crate) const HEADER_BYTES: usize = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Put = 1,
+    Delete = 2,
+}
+
+/// A decoded record borrowing from the read buffer.
+#[derive(Debug)]
+pub(crate) struct RecordView<'a> {
+    pub sqn: u64,
+    pub kind: Kind,
+    pub ledger_key: &'a [u8],
+    pub metadata: &'a [u8],
+    pub changes: Vec<IndexChange>,
+    pub value: &'a [u8],
+}
+
+/// Encode a whole record (header + body) into `out`.
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    sqn: u64,
+    kind: Kind,
+    ledger_key: &[u8],
+    metadata: &[u8],
+    changes: &[IndexChange],
+    value: &[u8],
+) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER_BYTES]);
+    put_u64(out, sqn);
+    put_u8(out, kind as u8);
+    put_bytes(out, ledger_key);
+    put_bytes(out, metadata);
+    put_u32(out, changes.len() as u32);
+    for c in changes {
+        put_u8(out, if c.op == IndexOp::Add { 1 } else { 2 });
+        put_bytes(out, &c.field);
+        match &c.term {
+            Term::Int(i) => {
+                put_u8(out, 1);
+                put_u64(out, *i as u64);
+            }
+            Term::Bin(b) => {
+                put_u8(out, 2);
+                put_bytes(out, b);
+            }
+        }
+    }
+    put_bytes(out, value);
+    let body_len = (out.len() - start - HEADER_BYTES) as u32;
+    let crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
+    out[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Parse the 8-byte header: (body length, crc).
+pub(crate) fn header(buf: &[u8]) -> (usize, u32) {
+    let len = u32::from_le_bytes(buf[0..4].try_into().unwrap()) as usize;
+    let crc = u32::from_le_bytes(buf[4..8].try_into().unwrap());
+    (len, crc)
+}
+
+/// Check the CRC of `body` and decode it.
+pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
+    let got = crc32c::crc32c(body);
+    if got != crc {
+        return Err(Error::Corruption(format!(
+            "journal record checksum mismatch (stored {crc:08x}, computed {got:08x})"
+        )));
+    }
+    let mut r = Reader::new(body, "journal record");
+    let sqn = r.u64()?;
+    let kind = match r.u8()? {
+        1 => Kind::Put,
+        2 => Kind::Delete,
+        k => return Err(Error::Corruption(format!("journal record has unknown kind {k}"))),
+    };
+    let ledger_key = r.bytes()?;
+    let metadata = r.bytes()?;
+    let n = r.u32()? as usize;
+    if n > body.len() {
+        return Err(Error::Corruption("journal record: index change count too large".into()));
+    }
+    let mut changes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let op = match r.u8()? {
+            1 => IndexOp::Add,
+            2 => IndexOp::Remove,
+            o => return Err(Error::Corruption(format!("journal record: bad index op {o}"))),
+        };
+        let field = r.bytes()?.to_vec();
+        let term = match r.u8()? {
+            1 => Term::Int(r.u64()? as i64),
+            2 => Term::Bin(r.bytes()?.to_vec()),
+            t => return Err(Error::Corruption(format!("journal record: bad term kind {t}"))),
+        };
+        changes.push(IndexChange { op, field, term });
+    }
+    let value = r.bytes()?;
+    r.expect_end()?;
+    Ok(RecordView { sqn, kind, ledger_key, metadata, changes, value })
+}
+
+/// Decode a full record (header + body) held in `buf`.
+pub(crate) fn decode(buf: &[u8]) -> Result<RecordView<'_>> {
+    if buf.len() < HEADER_BYTES {
+        return Err(Error::Corruption("journal record shorter than its header".into()));
+    }
+    let (len, crc) = header(buf);
+    if buf.len() != HEADER_BYTES + len {
+        return Err(Error::Corruption(format!(
+            "journal record length {} does not match the {} bytes read",
+            len,
+            buf.len() - HEADER_BYTES
+        )));
+    }
+    decode_body(&buf[HEADER_BYTES..], crc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut out = Vec::new();
+        let changes = vec![
+            IndexChange::add(b"age_int".to_vec(), Term::Int(-42)),
+            IndexChange::remove(b"name_bin".to_vec(), Term::Bin(b"bob\0".to_vec())),
+        ];
+        encode(&mut out, 77, Kind::Put, b"\x01b\0k", b"vv", &changes, b"value!");
+        out
+    }
+
+    #[test]
+    fn round_trip() {
+        let buf = sample();
+        let r = decode(&buf).unwrap();
+        assert_eq!(r.sqn, 77);
+        assert_eq!(r.kind, Kind::Put);
+        assert_eq!(r.ledger_key, b"\x01b\0k");
+        assert_eq!(r.metadata, b"vv");
+        assert_eq!(r.value, b"value!");
+        assert_eq!(r.changes.len(), 2);
+        assert_eq!(r.changes[0].term, Term::Int(-42));
+        assert_eq!(r.changes[1].op, IndexOp::Remove);
+    }
+
+    #[test]
+    fn every_single_byte_flip_is_detected() {
+        let buf = sample();
+        for i in 0..buf.len() {
+            for bit in [0x01u8, 0x80] {
+                let mut b = buf.clone();
+                b[i] ^= bit;
+                let res = decode(&b);
+                assert!(res.is_err(), "flip of bit {bit:#x} at byte {i} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn truncation_is_detected() {
+        let buf = sample();
+        for n in 0..buf.len() {
+            assert!(decode(&buf[..n]).is_err());
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Journal segment files and their SQN→offset indexes.
+//!
+//! A segment `<id>.seg` is a plain sequence of records (see `record`). When a segment is closed its
+//! index is written beside it as `<id>.idx`:
+//!
+//! ```text
+//! idx := "LVIX" version:u32 count:u64 (sqn:u64 offset:u64 len:u32)* crc:u32
+//! ```
+//!
+//! The index of the active segment lives only in memory and is rebuilt by scanning the file on open.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::record::{self, RecordView, HEADER_BYTES};
+use crate::codec::{put_u32, put_u64, seal, unseal, Reader};
+use crate::error::{Error, IoContext, Result};
+use crate::fsutil::{sync_dir, write_atomic};
+
+const IDX_MAGIC: &[u8; 4] = b"LVIX";
+const IDX_VERSION: u32 = 1;
+/// Largest record the scanner accepts as plausible: the largest value a config may allow (1 GiB)
+/// plus room for key, metadata and index changes. Fixed, so a smaller limit after a restart never
+/// makes valid records look damaged.
+pub(crate) const MAX_RECORD_BYTES: usize = (1 << 30) + (16 << 20);
+/// Smallest possible record body (sqn, kind, three empty byte strings, change count).
+const MIN_BODY: usize = 8 + 1 + 4 + 4 + 4 + 4;
+
+/// Where a record lives inside its segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IdxEntry {
+    pub sqn: u64,
+    pub offset: u64,
+    /// Whole record length, header included.
+    pub len: u32,
+}
+
+pub(crate) fn seg_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.seg"))
+}
+pub(crate) fn idx_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.idx"))
+}
+
+/// One segment file, shared by readers (pread) and, while active, the writer.
+pub(crate) struct Segment {
+    pub id: u64,
+    pub path: PathBuf,
+    file: File,
+    index: RwLock<Vec<IdxEntry>>,
+    closed: AtomicBool,
+}
+
+impl Segment {
+    /// Create a new, empty active segment; returns it and the append handle.
+    pub(crate) fn create(dir: &Path, id: u64) -> Result<(Arc<Segment>, File)> {
+        let path = seg_path(dir, id);
+        let writer = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .ctx(|| format!("creating journal segment {}", path.display()))?;
+        sync_dir(dir)?;
+        let file = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
+        let seg = Segment { id, path, file, index: RwLock::new(Vec::new()), closed: AtomicBool::new(false) };
+        Ok((Arc::new(seg), writer))
+    }
+
+    /// Open an existing segment with a known index.
+    pub(crate) fn open(dir: &Path, id: u64, index: Vec<IdxEntry>, closed: bool) -> Result<Arc<Segment>> {
+        let path = seg_path(dir, id);
+        let file = File::open(&path).ctx(|| format!("opening journal segment {}", path.display()))?;
+        Ok(Arc::new(Segment { id, path, file, index: RwLock::new(index), closed: AtomicBool::new(closed) }))
+    }
+
+    pub(crate) fn first_sqn(&self) -> Option<u64> {
+        self.index.read().first().map(|e| e.sqn)
+    }
+    pub(crate) fn last_sqn(&self) -> Option<u64> {
+        self.index.read().last().map(|e| e.sqn)
+    }
+    pub(crate) fn record_count(&self) -> u64 {
+        self.index.read().len() as u64
+    }
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+    pub(crate) fn push_index(&self, e: IdxEntry) {
+        self.index.write().push(e);
+    }
+    pub(crate) fn entries(&self) -> Vec<IdxEntry> {
+        self.index.read().clone()
+    }
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Find the record with this SQN.
+    pub(crate) fn locate(&self, sqn: u64) -> Option<IdxEntry> {
+        let idx = self.index.read();
+        idx.binary_search_by_key(&sqn, |e| e.sqn).ok().map(|i| idx[i])
+    }
+
+    /// Read the raw bytes of one record (one pread).
+    pub(crate) fn read_raw(&self, e: IdxEntry) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; e.len as usize];
+        self.file.read_exact_at(&mut buf, e.offset).map_err(|err| {
+            if err.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::Corruption(format!(
+                    "journal segment {} is shorter than its index says (record sqn {} at {})",
+                    self.path.display(),
+                    e.sqn,
+                    e.offset
+                ))
+            } else {
+                Error::Io { context: format!("reading {}", self.path.display()), source: err }
+            }
+        })?;
+        Ok(buf)
+    }
+
+    /// Mark closed and write the index file durably.
+    pub(crate) fn close(&self, dir: &Path) -> Result<()> {
+        write_index(dir, self.id, &self.index.read())?;
+        self.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+pub(crate) fn write_index(dir: &Path, id: u64, entries: &[IdxEntry]) -> Result<()> {
+    let mut out = Vec::with_capacity(16 + entries.len() * 20 + 4);
+    out.extend_from_slice(IDX_MAGIC);
+    put_u32(&mut out, IDX_VERSION);
+    put_u64(&mut out, entries.len() as u64);
+    for e in entries {
+        put_u64(&mut out, e.sqn);
+        put_u64(&mut out, e.offset);
+        put_u32(&mut out, e.len);
+    }
+    seal(&mut out, 0);
+    write_atomic(dir, &idx_path(dir, id), &out)
+}
+
+/// Load an index file; `Ok(None)` when it is missing or damaged (the caller rebuilds it by scanning).
+pub(crate) fn load_index(dir: &Path, id: u64) -> Result<Option<Vec<IdxEntry>>> {
+    let path = idx_path(dir, id);
+    let buf = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Io { context: format!("reading {}", path.display()), source: e }),
+    };
+    let parsed = (|| -> Result<Vec<IdxEntry>> {
+        let payload = unseal(&buf, "journal index")?;
+        let mut r = Reader::new(payload, "journal index");
+        if r.raw(4)? != IDX_MAGIC || r.u32()? != IDX_VERSION {
+            return Err(Error::Corruption("journal index: bad magic or version".into()));
+        }
+        let n = r.u64()? as usize;
+        let mut v = Vec::with_capacity(n.min(payload.len() / 20));
+        for _ in 0..n {
+            v.push(IdxEntry { sqn: r.u64()?, offset: r.u64()?, len: r.u32()? });
+        }
+        r.expect_end()?;
+        Ok(v)
+    })();
+    match parsed {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            log::warn!("{}: {e}; rebuilding it from the segment", path.display());
+            Ok(None)
+        }
+    }
+}
+
+/// How a scan of a segment ended.
+#[derive(Debug)]
+pub(crate) enum ScanEnd {
+    /// Every byte parsed as records.
+    Clean,
+    /// A partial or damaged record at the very end, with nothing valid after it: a torn write.
+    TornTail { offset: u64, reason: String },
+    /// A damaged record followed by valid data: real corruption.
+    Corrupt { offset: u64, reason: String, next_valid: u64 },
+}
+
+/// Read a segment from the start, calling `on_record` for each valid record in order.
+/// Stops at the first damaged record and classifies it as a torn tail or corruption.
+pub(crate) fn scan(
+    path: &Path,
+    start: u64,
+    mut last_sqn: u64,
+    mut on_record: impl FnMut(IdxEntry, &RecordView<'_>) -> Result<()>,
+) -> Result<ScanEnd> {
+    let max_record_bytes = MAX_RECORD_BYTES;
+    let file = File::open(path).ctx(|| format!("opening {}", path.display()))?;
+    let file_len = file.metadata().ctx(|| format!("stat {}", path.display()))?.len();
+    let mut rd = BufReader::with_capacity(1 << 20, &file);
+    rd.seek(SeekFrom::Start(start)).ctx(|| format!("seeking in {}", path.display()))?;
+    let mut offset = start;
+    let mut body = Vec::new();
+    loop {
+        if offset == file_len {
+            return Ok(ScanEnd::Clean);
+        }
+        let problem = (|| -> std::result::Result<(IdxEntry, Vec<u8>), String> {
+            if file_len - offset < HEADER_BYTES as u64 {
+                return Err("partial record header".into());
+            }
+            let mut hdr = [0u8; HEADER_BYTES];
+            rd.read_exact(&mut hdr).map_err(|e| e.to_string())?;
+            let (len, _crc) = record::header(&hdr);
+            if len < MIN_BODY || len > max_record_bytes {
+                return Err(format!("implausible record length {len}"));
+            }
+            if file_len - offset - (HEADER_BYTES as u64) < len as u64 {
+                return Err(format!("record of {len} bytes runs past the end of the file"));
+            }
+            body.resize(len, 0);
+            rd.read_exact(&mut body).map_err(|e| e.to_string())?;
+            let mut whole = hdr.to_vec();
+            whole.extend_from_slice(&body);
+            Ok((IdxEntry { sqn: 0, offset, len: (HEADER_BYTES + len) as u32 }, whole))
+        })();
+        let reason = match problem {
+            Ok((mut e, whole)) => match record::decode(&whole) {
+                Ok(view) if view.sqn > last_sqn => {
+                    e.sqn = view.sqn;
+                    last_sqn = view.sqn;
+                    on_record(e, &view)?;
+                    offset += e.len as u64;
+                    continue;
+                }
+                Ok(view) => format!("sqn {} does not follow {}", view.sqn, last_sqn),
+                Err(err) => err.to_string(),
+            },
+            Err(reason) => reason,
+        };
+        // Damaged record at `offset`: is anything valid after it?
+        return classify(&file, offset, file_len, last_sqn, max_record_bytes, reason);
+    }
+}
+
+fn classify(
+    file: &File,
+    bad: u64,
+    file_len: u64,
+    last_sqn: u64,
+    max_record_bytes: usize,
+    reason: String,
+) -> Result<ScanEnd> {
+    // Look for any valid record after the damaged one. A cheap filter (plausible length that fits,
+    // kind byte, an SQN just above the last good one) runs at every offset; only candidates that
+    // pass it are read whole and checksummed.
+    const WINDOW: usize = 4 << 20;
+    const PROBE: usize = HEADER_BYTES + 9;
+    let mut pos = bad + 1;
+    let mut buf = vec![0u8; WINDOW + PROBE];
+    while pos + PROBE as u64 <= file_len {
+        let n = ((file_len - pos) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], pos).ctx(|| "reading a segment tail".to_string())?;
+        let last_start = n.saturating_sub(PROBE);
+        for s in 0..=last_start {
+            let p = &buf[s..s + PROBE];
+            let (len, _) = record::header(p);
+            let at = pos + s as u64;
+            if len < MIN_BODY || len > max_record_bytes || at + (HEADER_BYTES + len) as u64 > file_len {
+                continue;
+            }
+            let sqn = u64::from_le_bytes(p[HEADER_BYTES..HEADER_BYTES + 8].try_into().unwrap());
+            let kind = p[HEADER_BYTES + 8];
+            if sqn <= last_sqn || sqn - last_sqn > (1 << 32) || !(kind == 1 || kind == 2) {
+                continue;
+            }
+            let mut whole = vec![0u8; HEADER_BYTES + len];
+            file.read_exact_at(&mut whole, at).ctx(|| "reading a segment tail".to_string())?;
+            if record::decode(&whole).is_ok() {
+                return Ok(ScanEnd::Corrupt { offset: bad, reason, next_valid: at });
+            }
+        }
+        pos += (last_start + 1) as u64;
+    }
+    Ok(ScanEnd::TornTail { offset: bad, reason })
+}

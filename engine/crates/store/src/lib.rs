@@ -1,0 +1,33 @@
+//! levee-store: a value-separated key-value engine after leveled and WiscKey.
+//!
+//! Keys, metadata and secondary-index entries live in an LSM *ledger*; values live in an
+//! append-only *journal* addressed by sequence number (SQN). The ledger stores the SQN rather than a
+//! file position, so rewriting journal segments never touches the ledger. `head` reads only the
+//! ledger; `get` adds one journal read.
+//!
+//! ```no_run
+//! use levee_store::{Config, Store};
+//! let store = Store::open("/tmp/levee-example", Config::default())?;
+//! let sqn = store.put(b"bucket", b"key", b"value", b"vclock", &[])?;
+//! assert_eq!(store.get(b"bucket", b"key")?.unwrap().value, b"value");
+//! assert_eq!(store.head(b"bucket", b"key")?.unwrap().sqn, sqn);
+//! store.close()?;
+//! # Ok::<(), levee_store::Error>(())
+//! ```
+//!
+//! On-disk formats, fsync order and recovery rules are documented in `docs/engine.md`.
+
+mod codec;
+mod config;
+mod error;
+mod fsutil;
+mod journal;
+mod keys;
+mod ledger;
+mod manifest;
+mod store;
+
+pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
+pub use error::{Error, Result};
+pub use keys::{IndexChange, IndexOp, Term};
+pub use store::{Head, Object, Sqn, Stats, Store, MAX_INDEX_CHANGE_BYTES};

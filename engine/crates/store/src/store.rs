@@ -1,0 +1,887 @@
+//! `Store`: the public API, the write path with group commit, recovery, and the background worker
+//! that flushes memtables and merges ledger levels.
+//!
+//! Lock order (never take an earlier one while holding a later one):
+//! `write` → `mem` → `version` → `manifest` → `bg`; `sync` is only taken with nothing else held.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::config::{Config, SyncMode, NUM_LEVELS};
+use crate::error::{Error, IoContext, Result};
+use crate::fsutil::{remove_if_exists, sync_dir};
+use crate::journal::record::{self, Kind, RecordView};
+use crate::journal::segment::{self, IdxEntry, ScanEnd, Segment};
+use crate::journal::{Journal, JournalWriter};
+use crate::keys::{self, IndexChange, IndexOp};
+use crate::ledger::memtable::Memtable;
+use crate::ledger::sst::{sst_path, Table, TableBuilder};
+use crate::ledger::value::LedgerValue;
+use crate::ledger::{merge_backlog, pick_merge, run_merge, Version};
+use crate::manifest::{self, Manifest, SegmentEntry, KEEP};
+
+/// Sequence number: one per write, shared by the object and its index entries.
+pub type Sqn = u64;
+
+/// Largest total size of the index changes of one write.
+pub const MAX_INDEX_CHANGE_BYTES: usize = 4 << 20;
+
+/// An object returned by `get`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    pub sqn: Sqn,
+    pub value: Vec<u8>,
+    pub metadata: Vec<u8>,
+}
+
+/// What `head` returns: everything the ledger knows, without the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub sqn: Sqn,
+    pub value_size: u32,
+    /// CRC32C of the value.
+    pub value_hash: u32,
+    pub metadata: Vec<u8>,
+}
+
+/// Engine counters (the node exports them as Prometheus metrics).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub puts: u64,
+    pub deletes: u64,
+    pub gets: u64,
+    pub heads: u64,
+    /// Bytes of keys, values and metadata accepted from callers.
+    pub user_bytes_written: u64,
+    /// Bytes appended to journal segments.
+    pub journal_bytes_written: u64,
+    /// Bytes written to ledger SSTs by flushes and merges.
+    pub ledger_bytes_written: u64,
+    pub journal_disk_bytes: u64,
+    pub ledger_disk_bytes: u64,
+    /// Records read from the journal (GET reads one; HEAD none).
+    pub journal_reads: u64,
+    pub flushes: u64,
+    pub merges: u64,
+    /// Time writers spent waiting for flushes/merges to catch up.
+    pub write_stall_seconds: f64,
+    /// Longest single wait of a writer.
+    pub max_write_stall_seconds: f64,
+    /// Ledger files over their level targets.
+    pub ledger_merge_backlog: u64,
+    pub journal_fsyncs: u64,
+    pub persisted_sqn: Sqn,
+    pub last_sqn: Sqn,
+    pub journal_segments: u64,
+    pub ledger_files_per_level: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Counters {
+    puts: AtomicU64,
+    deletes: AtomicU64,
+    gets: AtomicU64,
+    heads: AtomicU64,
+    user_bytes: AtomicU64,
+    journal_bytes: AtomicU64,
+    ledger_bytes: AtomicU64,
+    flushes: AtomicU64,
+    merges: AtomicU64,
+    stall_nanos: AtomicU64,
+    max_stall_nanos: AtomicU64,
+    fsyncs: AtomicU64,
+}
+
+struct MemState {
+    active: Arc<Memtable>,
+    /// Frozen memtables waiting for flush, oldest first.
+    immutables: VecDeque<Arc<Memtable>>,
+}
+
+struct WriteState {
+    journal: JournalWriter,
+    next_sqn: Sqn,
+    next_segment_id: u64,
+    buf: Vec<u8>,
+}
+
+struct ManifestState {
+    generation: u64,
+    /// Tables dropped from the version by manifest generation `g`; their files go once every kept
+    /// manifest generation no longer lists them.
+    pending: VecDeque<(u64, Vec<Arc<Table>>)>,
+}
+
+struct SyncState {
+    synced: Sqn,
+    leader: bool,
+}
+
+struct Bg {
+    shutdown: bool,
+    error: Option<String>,
+    cursors: Vec<Vec<u8>>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    ledger_dir: PathBuf,
+    cfg: Config,
+    journal: Journal,
+    write: Mutex<WriteState>,
+    mem: RwLock<MemState>,
+    version: RwLock<Arc<Version>>,
+    persisted_sqn: AtomicU64,
+    last_sqn: AtomicU64,
+    next_file_id: AtomicU64,
+    manifest: Mutex<ManifestState>,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    bg: Mutex<Bg>,
+    bg_cv: Condvar,
+    done_cv: Condvar,
+    closed: AtomicBool,
+    c: Counters,
+}
+
+/// A value-separated key-value store. Cheap to share: all methods take `&self` and are safe to call
+/// from many threads at once.
+pub struct Store {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    lock: Mutex<Option<File>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("dir", &self.inner.dir).finish()
+    }
+}
+
+fn list_ids(dir: &Path, ext: &str) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
+        let e = e.ctx(|| format!("listing {}", dir.display()))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(ext) {
+            if let Ok(id) = stem.parse::<u64>() {
+                ids.push(id);
+            }
+        } else if name.ends_with(".tmp") {
+            remove_if_exists(&e.path())?;
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Apply one write's ledger changes to a memtable.
+fn apply(mem: &Memtable, view: &RecordView<'_>, value_hash: u32) {
+    let tombstone = view.kind == Kind::Delete;
+    mem.insert(
+        view.ledger_key.to_vec(),
+        LedgerValue {
+            sqn: view.sqn,
+            tombstone,
+            value_size: view.value.len() as u32,
+            value_hash,
+            metadata: view.metadata.to_vec(),
+        },
+    );
+    if let Some((bucket, key)) = keys::split_object_key(view.ledger_key) {
+        for c in &view.changes {
+            mem.insert(
+                keys::index_key(bucket, &c.field, &c.term, key),
+                LedgerValue {
+                    sqn: view.sqn,
+                    tombstone: c.op == IndexOp::Remove,
+                    value_size: 0,
+                    value_hash: 0,
+                    metadata: Vec::new(),
+                },
+            );
+        }
+    }
+    mem.note_sqn(view.sqn);
+}
+
+impl Store {
+    /// Open (or create) a store in `dir`, recovering from the journal whatever the ledger had not
+    /// persisted.
+    pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Store> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let journal_dir = dir.join("journal");
+        let ledger_dir = dir.join("ledger");
+        for d in [&dir, &journal_dir, &ledger_dir] {
+            std::fs::create_dir_all(d).ctx(|| format!("creating {}", d.display()))?;
+        }
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .ctx(|| format!("opening {}", lock_path.display()))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.clone() }),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::Io { context: format!("locking {}", lock_path.display()), source: e })
+            }
+        }
+
+        // Ledger: the newest usable manifest, its tables, and nothing else.
+        let loaded = manifest::load(&dir, &ledger_dir)?;
+        let newest_gen = manifest::list(&dir)?.first().copied().unwrap_or(0);
+        let m = loaded.unwrap_or_else(|| Manifest { levels: vec![Vec::new(); NUM_LEVELS], ..Manifest::default() });
+        let persisted = m.persisted_sqn;
+        let mut max_file_id = m.next_file_id;
+        let live: std::collections::HashSet<u64> = m.levels.iter().flatten().map(|t| t.id).collect();
+        for id in list_ids(&ledger_dir, ".sst")? {
+            if !live.contains(&id) {
+                log::info!("removing ledger file {id} that no manifest lists");
+                remove_if_exists(&sst_path(&ledger_dir, id))?;
+            }
+            max_file_id = max_file_id.max(id + 1);
+        }
+        let mut version = Version::empty();
+        for (l, tables) in m.levels.iter().enumerate() {
+            for t in tables {
+                version.levels[l].push(Arc::new(Table::open(&ledger_dir, t.clone())?));
+            }
+        }
+
+        // Journal: index every segment and replay what the ledger had not persisted.
+        let mut mem = MemState { active: Arc::new(Memtable::default()), immutables: VecDeque::new() };
+        let mut max_sqn = persisted;
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        let ids = list_ids(&journal_dir, ".seg")?;
+        let replay = |mem: &mut MemState, view: &RecordView<'_>| {
+            apply(&mem.active, view, crc32c::crc32c(view.value));
+            if mem.active.bytes() >= cfg.memtable_bytes {
+                let full = std::mem::take(&mut mem.active);
+                mem.immutables.push_back(full);
+            }
+        };
+        for (i, &id) in ids.iter().enumerate() {
+            let is_last = i + 1 == ids.len();
+            let listed_closed = m.segments.iter().any(|s| s.id == id && s.closed);
+            let idx = if listed_closed || !is_last { segment::load_index(&journal_dir, id)? } else { None };
+            let seg = if let Some(entries) = idx {
+                let seg = Segment::open(&journal_dir, id, entries, true)?;
+                for e in seg.entries().into_iter().filter(|e| e.sqn > persisted) {
+                    let raw = seg.read_raw(e)?;
+                    let view = record::decode(&raw).map_err(|err| {
+                        Error::Corruption(format!(
+                            "journal segment {} record sqn {} (not yet in the ledger): {err}",
+                            seg.path.display(),
+                            e.sqn
+                        ))
+                    })?;
+                    replay(&mut mem, &view);
+                }
+                seg
+            } else {
+                let path = segment::seg_path(&journal_dir, id);
+                let mut entries: Vec<IdxEntry> = Vec::new();
+                let mut start = 0u64;
+                loop {
+                    let before = entries.len();
+                    let last = entries.last().map(|e| e.sqn).unwrap_or(max_sqn.min(persisted));
+                    let end = segment::scan(&path, start, last, |e, view| {
+                        entries.push(e);
+                        if view.sqn > persisted {
+                            replay(&mut mem, view);
+                        }
+                        Ok(())
+                    })?;
+                    if start > 0 {
+                        // We skipped a damaged record: safe only if it was already in the ledger.
+                        let next = entries.get(before).map(|e| e.sqn).unwrap_or(u64::MAX);
+                        if next.saturating_sub(1) > persisted {
+                            return Err(Error::Corruption(format!(
+                                "journal segment {} has a damaged record before sqn {next} that the \
+                                 ledger had not yet persisted (persisted up to {persisted})",
+                                path.display()
+                            )));
+                        }
+                    }
+                    match end {
+                        ScanEnd::Clean => break,
+                        ScanEnd::TornTail { offset, reason } => {
+                            log::warn!(
+                                "journal segment {}: torn tail at offset {offset} ({reason}); truncating",
+                                path.display()
+                            );
+                            let f = OpenOptions::new().write(true).open(&path).ctx(|| format!("opening {}", path.display()))?;
+                            f.set_len(offset).ctx(|| format!("truncating {}", path.display()))?;
+                            f.sync_all().ctx(|| format!("syncing {}", path.display()))?;
+                            break;
+                        }
+                        ScanEnd::Corrupt { offset, reason, next_valid } => {
+                            log::error!(
+                                "journal segment {}: damaged record at offset {offset} ({reason}); valid data resumes at {next_valid}",
+                                path.display()
+                            );
+                            start = next_valid;
+                        }
+                    }
+                }
+                let seg = Segment::open(&journal_dir, id, entries, false)?;
+                if seg.record_count() > 0 {
+                    seg.close(&journal_dir)?;
+                }
+                seg
+            };
+            if let Some(last) = seg.last_sqn() {
+                max_sqn = max_sqn.max(last);
+                segments.push(seg);
+            } else {
+                remove_if_exists(&seg.path)?;
+                remove_if_exists(&segment::idx_path(&journal_dir, id))?;
+            }
+        }
+        let next_segment_id = ids.last().map(|i| i + 1).unwrap_or(1);
+        let (active_seg, file) = Segment::create(&journal_dir, next_segment_id)?;
+        segments.push(active_seg.clone());
+        sync_dir(&journal_dir)?;
+        let journal = Journal::new(journal_dir, segments);
+        let writer = JournalWriter { seg: active_seg, file: Arc::new(file), size: 0, records: 0 };
+
+        let inner = Arc::new(Inner {
+            dir,
+            ledger_dir,
+            journal,
+            write: Mutex::new(WriteState {
+                journal: writer,
+                next_sqn: max_sqn + 1,
+                next_segment_id: next_segment_id + 1,
+                buf: Vec::new(),
+            }),
+            mem: RwLock::new(mem),
+            version: RwLock::new(Arc::new(version)),
+            persisted_sqn: AtomicU64::new(persisted),
+            last_sqn: AtomicU64::new(max_sqn),
+            next_file_id: AtomicU64::new(max_file_id),
+            manifest: Mutex::new(ManifestState { generation: newest_gen.max(m.generation), pending: VecDeque::new() }),
+            sync: Mutex::new(SyncState { synced: max_sqn, leader: false }),
+            sync_cv: Condvar::new(),
+            bg: Mutex::new(Bg { shutdown: false, error: None, cursors: vec![Vec::new(); NUM_LEVELS] }),
+            bg_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+            c: Counters::default(),
+            cfg,
+        });
+        inner.write_manifest(Vec::new())?;
+        let worker_inner = inner.clone();
+        let worker = std::thread::Builder::new()
+            .name("levee-ledger".into())
+            .spawn(move || worker_inner.worker())
+            .ctx(|| "starting the ledger worker".to_string())?;
+        Ok(Store { inner, worker: Mutex::new(Some(worker)), lock: Mutex::new(Some(lock)) })
+    }
+
+    /// Store `value` under (bucket, key) with `metadata` (e.g. a version vector) and index changes,
+    /// all under one SQN. Returns that SQN once the write is as durable as `sync_on_write` promises.
+    pub fn put(
+        &self,
+        bucket: &[u8],
+        key: &[u8],
+        value: &[u8],
+        metadata: &[u8],
+        index_changes: &[IndexChange],
+    ) -> Result<Sqn> {
+        if value.len() > self.inner.cfg.max_value_bytes {
+            return Err(Error::ValueTooLarge { size: value.len(), limit: self.inner.cfg.max_value_bytes });
+        }
+        self.inner.write(Kind::Put, bucket, key, value, metadata, index_changes)
+    }
+
+    /// Write a tombstone for (bucket, key). `metadata` is kept with the tombstone.
+    pub fn delete(&self, bucket: &[u8], key: &[u8], metadata: &[u8], index_changes: &[IndexChange]) -> Result<Sqn> {
+        self.inner.write(Kind::Delete, bucket, key, &[], metadata, index_changes)
+    }
+
+    /// The object stored under (bucket, key): one ledger lookup plus one journal read.
+    pub fn get(&self, bucket: &[u8], key: &[u8]) -> Result<Option<Object>> {
+        let i = &self.inner;
+        i.check_open()?;
+        keys::validate_bucket(bucket)?;
+        keys::validate_key(key)?;
+        i.c.gets.fetch_add(1, Ordering::Relaxed);
+        let lk = keys::object_key(bucket, key);
+        let Some(lv) = i.lookup(&lk)? else { return Ok(None) };
+        if lv.tombstone {
+            return Ok(None);
+        }
+        let rec = i.journal.read(lv.sqn, &lk)?;
+        if rec.value.len() != lv.value_size as usize || crc32c::crc32c(&rec.value) != lv.value_hash {
+            return Err(Error::Corruption(format!(
+                "value of sqn {} does not match the size/hash the ledger recorded",
+                lv.sqn
+            )));
+        }
+        Ok(Some(Object { sqn: lv.sqn, value: rec.value, metadata: lv.metadata }))
+    }
+
+    /// Metadata of (bucket, key) from the ledger alone; never reads the journal.
+    pub fn head(&self, bucket: &[u8], key: &[u8]) -> Result<Option<Head>> {
+        let i = &self.inner;
+        i.check_open()?;
+        keys::validate_bucket(bucket)?;
+        keys::validate_key(key)?;
+        i.c.heads.fetch_add(1, Ordering::Relaxed);
+        let lk = keys::object_key(bucket, key);
+        Ok(i.lookup(&lk)?.filter(|v| !v.tombstone).map(|v| Head {
+            sqn: v.sqn,
+            value_size: v.value_size,
+            value_hash: v.value_hash,
+            metadata: v.metadata,
+        }))
+    }
+
+    /// Flush the ledger memtable to an SST and wait until it is persisted.
+    pub fn flush(&self) -> Result<()> {
+        let i = &self.inner;
+        i.check_open()?;
+        let target = {
+            let _w = i.write.lock();
+            i.rotate_memtable();
+            i.last_sqn.load(Ordering::Acquire)
+        };
+        let mut bg = i.bg.lock();
+        i.bg_cv.notify_all();
+        while i.persisted_sqn.load(Ordering::Acquire) < target {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            i.done_cv.wait_for(&mut bg, Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Flush, make the journal durable, stop the background worker and release the directory.
+    /// Later calls on this handle return `Error::Closed`; closing twice is harmless.
+    pub fn close(&self) -> Result<()> {
+        let i = &self.inner;
+        if i.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let result = (|| -> Result<()> {
+            let w = i.write.lock();
+            i.rotate_memtable();
+            {
+                let mut bg = i.bg.lock();
+                bg.shutdown = true;
+                i.bg_cv.notify_all();
+            }
+            if let Some(h) = self.worker.lock().take() {
+                let _ = h.join();
+            }
+            if let Some(e) = &i.bg.lock().error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            JournalWriter::sync(&w.journal.file)?;
+            if w.journal.records > 0 {
+                w.journal.seg.close(&i.journal.dir)?;
+            }
+            drop(w);
+            i.write_manifest(Vec::new())
+        })();
+        self.lock.lock().take();
+        result
+    }
+
+    /// Engine counters and sizes.
+    pub fn stats(&self) -> Stats {
+        let i = &self.inner;
+        let version = i.version.read().clone();
+        let c = &i.c;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            puts: l(&c.puts),
+            deletes: l(&c.deletes),
+            gets: l(&c.gets),
+            heads: l(&c.heads),
+            user_bytes_written: l(&c.user_bytes),
+            journal_bytes_written: l(&c.journal_bytes),
+            ledger_bytes_written: l(&c.ledger_bytes),
+            journal_disk_bytes: i.journal.disk_bytes(),
+            ledger_disk_bytes: version.disk_bytes(),
+            journal_reads: i.journal.reads.load(Ordering::Relaxed),
+            flushes: l(&c.flushes),
+            merges: l(&c.merges),
+            write_stall_seconds: l(&c.stall_nanos) as f64 / 1e9,
+            max_write_stall_seconds: l(&c.max_stall_nanos) as f64 / 1e9,
+            ledger_merge_backlog: merge_backlog(&version.metas(), &i.cfg),
+            journal_fsyncs: l(&c.fsyncs),
+            persisted_sqn: i.persisted_sqn.load(Ordering::Acquire),
+            last_sqn: i.last_sqn.load(Ordering::Acquire),
+            journal_segments: i.journal.segments().len() as u64,
+            ledger_files_per_level: version.levels.iter().map(|l| l.len() as u64).collect(),
+        }
+    }
+
+    /// The directory this store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("closing store {}: {e}", self.inner.dir.display());
+        }
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn poisoned(&self) -> Option<String> {
+        self.bg.lock().error.clone()
+    }
+
+    fn write(
+        &self,
+        kind: Kind,
+        bucket: &[u8],
+        key: &[u8],
+        value: &[u8],
+        metadata: &[u8],
+        changes: &[IndexChange],
+    ) -> Result<Sqn> {
+        self.check_open()?;
+        keys::validate_bucket(bucket)?;
+        keys::validate_key(key)?;
+        if metadata.len() > self.cfg.max_metadata_bytes {
+            return Err(Error::MetadataTooLarge { size: metadata.len(), limit: self.cfg.max_metadata_bytes });
+        }
+        let mut change_bytes = 0usize;
+        for c in changes {
+            keys::validate_index_change(c)?;
+            change_bytes += c.field.len() + 16 + if let keys::Term::Bin(b) = &c.term { b.len() } else { 0 };
+        }
+        if change_bytes > MAX_INDEX_CHANGE_BYTES {
+            return Err(Error::InvalidIndex(format!(
+                "index changes total {change_bytes} bytes; the limit is {MAX_INDEX_CHANGE_BYTES}"
+            )));
+        }
+        self.maybe_stall()?;
+        let lk = keys::object_key(bucket, key);
+        let value_hash = crc32c::crc32c(value);
+        let sqn = {
+            let mut w = self.write.lock();
+            self.check_open()?;
+            if let Some(e) = self.poisoned() {
+                return Err(Error::Poisoned(e));
+            }
+            let sqn = w.next_sqn;
+            let mut buf = std::mem::take(&mut w.buf);
+            buf.clear();
+            record::encode(&mut buf, sqn, kind, &lk, metadata, changes, value);
+            let appended = w.journal.append(sqn, &buf);
+            let len = buf.len();
+            w.buf = buf;
+            if let Err(e) = appended {
+                if let Error::Poisoned(m) = &e {
+                    self.bg.lock().error.get_or_insert(m.clone());
+                }
+                return Err(e);
+            }
+            w.next_sqn += 1;
+            let view = RecordView { sqn, kind, ledger_key: &lk, metadata, changes: changes.to_vec(), value };
+            apply(&self.mem.read().active, &view, value_hash);
+            self.last_sqn.store(sqn, Ordering::Release);
+            self.c.journal_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            self.c.user_bytes.fetch_add((bucket.len() + key.len() + value.len() + metadata.len()) as u64, Ordering::Relaxed);
+            match kind {
+                Kind::Put => self.c.puts.fetch_add(1, Ordering::Relaxed),
+                Kind::Delete => self.c.deletes.fetch_add(1, Ordering::Relaxed),
+            };
+            if w.journal.full(self.cfg.journal_segment_bytes, self.cfg.journal_segment_records) {
+                let id = w.next_segment_id;
+                // The write itself is in; a failed roll leaves the old segment active.
+                match w.journal.roll(&self.journal.dir, id) {
+                    Ok(seg) => {
+                        w.next_segment_id += 1;
+                        self.journal.push(seg);
+                        // The old segment was fsynced by the roll: everything up to `sqn` is durable.
+                        let mut s = self.sync.lock();
+                        s.synced = s.synced.max(sqn);
+                        drop(s);
+                        if let Err(e) = self.write_manifest(Vec::new()) {
+                            log::error!("writing the manifest after a journal roll: {e}");
+                        }
+                    }
+                    Err(e) => log::error!("rolling the journal segment: {e}"),
+                }
+            }
+            if self.mem.read().active.bytes() >= self.cfg.memtable_bytes {
+                self.rotate_memtable();
+            }
+            sqn
+        };
+        if self.cfg.sync_on_write == SyncMode::Sync {
+            self.wait_durable(sqn)?;
+        }
+        Ok(sqn)
+    }
+
+    /// Freeze the active memtable for flushing. Caller holds the write lock.
+    fn rotate_memtable(&self) {
+        let mut m = self.mem.write();
+        if m.active.is_empty() {
+            return;
+        }
+        let full = std::mem::take(&mut m.active);
+        m.immutables.push_back(full);
+        drop(m);
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+    }
+
+    /// Wait while flushes or L0 merges are behind, so memory and read cost stay bounded.
+    fn maybe_stall(&self) -> Result<()> {
+        let behind = || {
+            self.mem.read().immutables.len() >= self.cfg.max_immutable_memtables
+                || self.version.read().levels[0].len() >= self.cfg.l0_stall_files
+        };
+        if !behind() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let mut bg = self.bg.lock();
+        while behind() {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.done_cv.wait_for(&mut bg, Duration::from_millis(10));
+        }
+        let n = start.elapsed().as_nanos() as u64;
+        self.c.stall_nanos.fetch_add(n, Ordering::Relaxed);
+        self.c.max_stall_nanos.fetch_max(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Group commit: the first waiter becomes the leader and fdatasyncs everything appended so far;
+    /// the others wait for it and return if it covered their SQN.
+    fn wait_durable(&self, sqn: Sqn) -> Result<()> {
+        let mut s = self.sync.lock();
+        loop {
+            if s.synced >= sqn {
+                return Ok(());
+            }
+            if s.leader {
+                self.sync_cv.wait(&mut s);
+                continue;
+            }
+            s.leader = true;
+            drop(s);
+            let (file, target) = {
+                let w = self.write.lock();
+                (w.journal.file.clone(), w.next_sqn - 1)
+            };
+            let r = JournalWriter::sync(&file);
+            self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+            s = self.sync.lock();
+            s.leader = false;
+            if r.is_ok() {
+                s.synced = s.synced.max(target);
+            }
+            self.sync_cv.notify_all();
+            r?;
+        }
+    }
+
+    fn lookup(&self, lk: &[u8]) -> Result<Option<LedgerValue>> {
+        // Memtables before the version: a flush publishes its table before it retires the memtable.
+        let (active, frozen) = {
+            let m = self.mem.read();
+            (m.active.clone(), m.immutables.clone())
+        };
+        if let Some(v) = active.get(lk) {
+            return Ok(Some(v));
+        }
+        for m in frozen.iter().rev() {
+            if let Some(v) = m.get(lk) {
+                return Ok(Some(v));
+            }
+        }
+        let version = self.version.read().clone();
+        version.get(lk)
+    }
+
+    /// Write a new manifest generation describing the current state; `obsolete` tables were just
+    /// dropped from the version.
+    fn write_manifest(&self, obsolete: Vec<Arc<Table>>) -> Result<()> {
+        let mut ms = self.manifest.lock();
+        // persisted_sqn before the version: a flush publishes the version first.
+        let persisted_sqn = self.persisted_sqn.load(Ordering::Acquire);
+        let version = self.version.read().clone();
+        let segments = self
+            .journal
+            .segments()
+            .iter()
+            .filter_map(|s| {
+                Some(SegmentEntry { id: s.id, first_sqn: s.first_sqn()?, last_sqn: s.last_sqn()?, closed: s.is_closed() })
+            })
+            .collect();
+        let generation = ms.generation + 1;
+        let m = Manifest {
+            generation,
+            persisted_sqn,
+            next_file_id: self.next_file_id.load(Ordering::Acquire),
+            segments,
+            levels: version.metas(),
+        };
+        m.store(&self.dir)?;
+        ms.generation = generation;
+        if !obsolete.is_empty() {
+            ms.pending.push_back((generation, obsolete));
+        }
+        while ms.pending.front().is_some_and(|(g, _)| *g + KEEP - 1 <= generation) {
+            for t in ms.pending.pop_front().unwrap().1 {
+                t.remove_file();
+            }
+        }
+        Ok(())
+    }
+
+    fn worker(self: Arc<Self>) {
+        loop {
+            let shutdown = self.bg.lock().shutdown;
+            let step = if !self.mem.read().immutables.is_empty() {
+                self.flush_one()
+            } else if shutdown {
+                break;
+            } else {
+                self.merge_once()
+            };
+            let mut bg = self.bg.lock();
+            match step {
+                Ok(true) => {
+                    self.done_cv.notify_all();
+                }
+                Ok(false) => {
+                    self.done_cv.notify_all();
+                    if !bg.shutdown {
+                        self.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
+                    }
+                }
+                Err(e) => {
+                    log::error!("ledger worker stopped: {e}");
+                    bg.error = Some(e.to_string());
+                    self.done_cv.notify_all();
+                    break;
+                }
+            }
+        }
+        let _bg = self.bg.lock();
+        self.done_cv.notify_all();
+    }
+
+    fn new_file_id(&self) -> u64 {
+        self.next_file_id.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Flush the oldest frozen memtable to an L0 table.
+    fn flush_one(&self) -> Result<bool> {
+        let Some(mem) = self.mem.read().immutables.front().cloned() else { return Ok(false) };
+        let entries = mem.encoded_entries();
+        if !entries.is_empty() {
+            let mut b = TableBuilder::create(&self.ledger_dir, self.new_file_id(), self.cfg.sst_block_bytes, self.cfg.bloom_bits_per_key)?;
+            for (k, v) in &entries {
+                b.add(k, v)?;
+            }
+            let meta = b.finish()?;
+            self.c.ledger_bytes.fetch_add(meta.size, Ordering::Relaxed);
+            let table = Arc::new(Table::open(&self.ledger_dir, meta)?);
+            let mut v = self.version.write();
+            let mut nv = (**v).clone();
+            nv.levels[0].push(table);
+            *v = Arc::new(nv);
+        }
+        self.persisted_sqn.fetch_max(mem.last_sqn(), Ordering::AcqRel);
+        self.mem.write().immutables.pop_front();
+        self.c.flushes.fetch_add(1, Ordering::Relaxed);
+        self.write_manifest(Vec::new())?;
+        Ok(true)
+    }
+
+    /// Run one merge if `pick_merge` finds one.
+    fn merge_once(&self) -> Result<bool> {
+        let version = self.version.read().clone();
+        let cursors = self.bg.lock().cursors.clone();
+        let Some(task) = pick_merge(&version.metas(), &self.cfg, &cursors) else { return Ok(false) };
+        let find = |level: usize, ids: &[u64]| -> Vec<Arc<Table>> {
+            version.levels[level].iter().filter(|t| ids.contains(&t.meta.id)).cloned().collect()
+        };
+        let mut upper = find(task.level, &task.upper);
+        upper.reverse(); // newest first (matters for overlapping L0 files)
+        let lower = find(task.level + 1, &task.lower);
+        let inputs: Vec<Arc<Table>> = upper.iter().chain(lower.iter()).cloned().collect();
+        let (outs, written) = run_merge(&self.ledger_dir, &self.cfg, &inputs, task.drop_tombstones, || self.new_file_id())?;
+        let mut opened = Vec::with_capacity(outs.len());
+        for m in outs {
+            opened.push(Arc::new(Table::open(&self.ledger_dir, m)?));
+        }
+        {
+            let mut v = self.version.write();
+            let mut nv = (**v).clone();
+            nv.levels[task.level].retain(|t| !task.upper.contains(&t.meta.id));
+            let target = &mut nv.levels[task.level + 1];
+            target.retain(|t| !task.lower.contains(&t.meta.id));
+            target.extend(opened);
+            target.sort_by(|a, b| a.meta.smallest.cmp(&b.meta.smallest));
+            *v = Arc::new(nv);
+        }
+        if task.level > 0 {
+            if let Some(hi) = upper.iter().map(|t| t.meta.largest.clone()).max() {
+                self.bg.lock().cursors[task.level] = hi;
+            }
+        }
+        self.c.ledger_bytes.fetch_add(written, Ordering::Relaxed);
+        self.c.merges.fetch_add(1, Ordering::Relaxed);
+        self.write_manifest(inputs)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_open_of_a_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+        match Store::open(d.path(), Config::small_for_tests()) {
+            Err(Error::Locked { .. }) => {}
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        s.close().unwrap();
+        let again = Store::open(d.path(), Config::small_for_tests()).unwrap();
+        again.close().unwrap();
+    }
+}

@@ -84,7 +84,9 @@ pub(crate) fn seal(out: &mut Vec<u8>, start: usize) {
 /// Split `buf` into payload and check its trailing CRC32C.
 pub(crate) fn unseal<'a>(buf: &'a [u8], what: &str) -> Result<&'a [u8]> {
     if buf.len() < 4 {
-        return Err(Error::Corruption(format!("{what}: too short for a checksum")));
+        return Err(Error::Corruption(format!(
+            "{what}: too short for a checksum"
+        )));
     }
     let (payload, crc) = buf.split_at(buf.len() - 4);
     let want = u32::from_le_bytes(crc.try_into().unwrap());

@@ -23,7 +23,9 @@ pub enum Error {
     #[error("value of {size} bytes exceeds the limit of {limit} bytes (Config::max_value_bytes)")]
     ValueTooLarge { size: usize, limit: usize },
     /// The metadata exceeds `Config::max_metadata_bytes`.
-    #[error("metadata of {size} bytes exceeds the limit of {limit} bytes (Config::max_metadata_bytes)")]
+    #[error(
+        "metadata of {size} bytes exceeds the limit of {limit} bytes (Config::max_metadata_bytes)"
+    )]
     MetadataTooLarge { size: usize, limit: usize },
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]

@@ -22,7 +22,8 @@ pub(crate) fn write_atomic(dir: &Path, path: &Path, data: &[u8]) -> Result<()> {
         .write(true)
         .open(&tmp)
         .ctx(|| format!("creating {}", tmp.display()))?;
-    f.write_all(data).ctx(|| format!("writing {}", tmp.display()))?;
+    f.write_all(data)
+        .ctx(|| format!("writing {}", tmp.display()))?;
     f.sync_all().ctx(|| format!("syncing {}", tmp.display()))?;
     drop(f);
     std::fs::rename(&tmp, path).ctx(|| format!("renaming {} into place", tmp.display()))?;
@@ -32,9 +33,10 @@ pub(crate) fn write_atomic(dir: &Path, path: &Path, data: &[u8]) -> Result<()> {
 /// Remove a file, ignoring "not found".
 pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(crate::error::Error::Io { context: format!("removing {}", path.display()), source: e })
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(crate::error::Error::Io {
+            context: format!("removing {}", path.display()),
+            source: e,
+        }),
         _ => Ok(()),
     }
 }

@@ -38,10 +38,18 @@ pub struct IndexChange {
 
 impl IndexChange {
     pub fn add(field: impl Into<Vec<u8>>, term: Term) -> Self {
-        IndexChange { op: IndexOp::Add, field: field.into(), term }
+        IndexChange {
+            op: IndexOp::Add,
+            field: field.into(),
+            term,
+        }
     }
     pub fn remove(field: impl Into<Vec<u8>>, term: Term) -> Self {
-        IndexChange { op: IndexOp::Remove, field: field.into(), term }
+        IndexChange {
+            op: IndexOp::Remove,
+            field: field.into(),
+            term,
+        }
     }
 }
 
@@ -156,7 +164,10 @@ mod tests {
     fn object_keys_sort_by_bucket_then_key_and_round_trip() {
         let a = object_key(b"b", b"zz");
         let b = object_key(b"ba", b"a");
-        assert!(a < b, "bucket `b` sorts before bucket `ba` whatever the keys");
+        assert!(
+            a < b,
+            "bucket `b` sorts before bucket `ba` whatever the keys"
+        );
         assert_eq!(split_object_key(&a), Some((&b"b"[..], &b"zz"[..])));
         let with_nul = object_key(b"b", b"\0x");
         assert_eq!(split_object_key(&with_nul), Some((&b"b"[..], &b"\0x"[..])));
@@ -165,7 +176,10 @@ mod tests {
     #[test]
     fn bucket_with_nul_is_rejected_because_it_would_collide() {
         // ("a\0b", "c") and ("a", "b\0c") would both encode to 01 61 00 62 00 63.
-        assert!(matches!(validate_bucket(b"a\0b"), Err(Error::InvalidBucket(_))));
+        assert!(matches!(
+            validate_bucket(b"a\0b"),
+            Err(Error::InvalidBucket(_))
+        ));
         assert!(matches!(validate_bucket(b""), Err(Error::InvalidBucket(_))));
         assert!(validate_bucket(b"a").is_ok());
     }
@@ -174,7 +188,10 @@ mod tests {
     fn key_limits() {
         assert!(matches!(validate_key(b""), Err(Error::InvalidKey(_))));
         assert!(validate_key(&vec![1u8; MAX_KEY_BYTES]).is_ok());
-        assert!(matches!(validate_key(&vec![1u8; MAX_KEY_BYTES + 1]), Err(Error::InvalidKey(_))));
+        assert!(matches!(
+            validate_key(&vec![1u8; MAX_KEY_BYTES + 1]),
+            Err(Error::InvalidKey(_))
+        ));
     }
 
     #[test]

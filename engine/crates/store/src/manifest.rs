@@ -84,7 +84,9 @@ impl Manifest {
         }
         let v = r.u32()?;
         if v != VERSION {
-            return Err(Error::Corruption(format!("manifest: unsupported version {v}")));
+            return Err(Error::Corruption(format!(
+                "manifest: unsupported version {v}"
+            )));
         }
         let mut m = Manifest {
             generation: r.u64()?,
@@ -104,7 +106,9 @@ impl Manifest {
         for _ in 0..r.u32()? {
             let level = r.u8()? as usize;
             if level >= NUM_LEVELS {
-                return Err(Error::Corruption(format!("manifest: table at level {level}")));
+                return Err(Error::Corruption(format!(
+                    "manifest: table at level {level}"
+                )));
             }
             let t = TableMeta {
                 id: r.u64()?,
@@ -136,7 +140,10 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<u64>> {
         let e = e.ctx(|| format!("listing {}", dir.display()))?;
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if let Some(g) = name.strip_prefix("MANIFEST-").and_then(|g| g.parse::<u64>().ok()) {
+        if let Some(g) = name
+            .strip_prefix("MANIFEST-")
+            .and_then(|g| g.parse::<u64>().ok())
+        {
             gens.push(g);
         }
     }
@@ -159,7 +166,10 @@ pub(crate) fn load(dir: &Path, ledger_dir: &Path) -> Result<Option<Manifest>> {
             .and_then(|b| Manifest::decode(&b))
             .and_then(|m| {
                 if m.generation != g {
-                    return Err(Error::Corruption(format!("generation {} in a file named {g}", m.generation)));
+                    return Err(Error::Corruption(format!(
+                        "generation {} in a file named {g}",
+                        m.generation
+                    )));
                 }
                 for t in m.levels.iter().flatten() {
                     if !sst_path(ledger_dir, t.id).exists() {
@@ -171,14 +181,21 @@ pub(crate) fn load(dir: &Path, ledger_dir: &Path) -> Result<Option<Manifest>> {
         match attempt {
             Ok(m) => {
                 if !problems.is_empty() {
-                    log::warn!("using manifest generation {g}; newer ones are unusable: {}", problems.join("; "));
+                    log::warn!(
+                        "using manifest generation {g}; newer ones are unusable: {}",
+                        problems.join("; ")
+                    );
                 }
                 return Ok(Some(m));
             }
             Err(e) => problems.push(format!("{}: {e}", path.display())),
         }
     }
-    Err(Error::Corruption(format!("no usable manifest in {}: {}", dir.display(), problems.join("; "))))
+    Err(Error::Corruption(format!(
+        "no usable manifest in {}: {}",
+        dir.display(),
+        problems.join("; ")
+    )))
 }
 
 #[cfg(test)]
@@ -187,13 +204,30 @@ mod tests {
 
     fn sample(generation: u64) -> Manifest {
         let mut levels = vec![Vec::new(); NUM_LEVELS];
-        levels[0].push(TableMeta { id: 7, size: 100, entries: 3, smallest: b"a".to_vec(), largest: b"c".to_vec() });
-        levels[2].push(TableMeta { id: 9, size: 200, entries: 5, smallest: b"d".to_vec(), largest: b"z".to_vec() });
+        levels[0].push(TableMeta {
+            id: 7,
+            size: 100,
+            entries: 3,
+            smallest: b"a".to_vec(),
+            largest: b"c".to_vec(),
+        });
+        levels[2].push(TableMeta {
+            id: 9,
+            size: 200,
+            entries: 5,
+            smallest: b"d".to_vec(),
+            largest: b"z".to_vec(),
+        });
         Manifest {
             generation,
             persisted_sqn: 42,
             next_file_id: 10,
-            segments: vec![SegmentEntry { id: 1, first_sqn: 1, last_sqn: 40, closed: true }],
+            segments: vec![SegmentEntry {
+                id: 1,
+                first_sqn: 1,
+                last_sqn: 40,
+                closed: true,
+            }],
             levels,
         }
     }
@@ -234,7 +268,10 @@ mod tests {
         let err = load(d.path(), &ledger).unwrap_err();
         assert!(err.is_corruption());
         let msg = err.to_string();
-        assert!(msg.contains("no usable manifest") && msg.contains("MANIFEST-"), "{msg}");
+        assert!(
+            msg.contains("no usable manifest") && msg.contains("MANIFEST-"),
+            "{msg}"
+        );
         // Generations beyond KEEP are pruned.
         for g in 3..=6 {
             sample(g).store(d.path()).unwrap();

@@ -126,6 +126,8 @@ struct SyncState {
 
 struct Bg {
     shutdown: bool,
+    /// Stop at once without flushing (simulated crash).
+    abandon: bool,
     error: Option<String>,
     cursors: Vec<Vec<u8>>,
 }
@@ -161,7 +163,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("dir", &self.inner.dir).finish()
+        f.debug_struct("Store")
+            .field("dir", &self.inner.dir)
+            .finish()
     }
 }
 
@@ -233,19 +237,28 @@ impl Store {
             .ctx(|| format!("opening {}", lock_path.display()))?;
         match lock.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.clone() }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked { path: dir.clone() })
+            }
             Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::Io { context: format!("locking {}", lock_path.display()), source: e })
+                return Err(Error::Io {
+                    context: format!("locking {}", lock_path.display()),
+                    source: e,
+                })
             }
         }
 
         // Ledger: the newest usable manifest, its tables, and nothing else.
         let loaded = manifest::load(&dir, &ledger_dir)?;
         let newest_gen = manifest::list(&dir)?.first().copied().unwrap_or(0);
-        let m = loaded.unwrap_or_else(|| Manifest { levels: vec![Vec::new(); NUM_LEVELS], ..Manifest::default() });
+        let m = loaded.unwrap_or_else(|| Manifest {
+            levels: vec![Vec::new(); NUM_LEVELS],
+            ..Manifest::default()
+        });
         let persisted = m.persisted_sqn;
         let mut max_file_id = m.next_file_id;
-        let live: std::collections::HashSet<u64> = m.levels.iter().flatten().map(|t| t.id).collect();
+        let live: std::collections::HashSet<u64> =
+            m.levels.iter().flatten().map(|t| t.id).collect();
         for id in list_ids(&ledger_dir, ".sst")? {
             if !live.contains(&id) {
                 log::info!("removing ledger file {id} that no manifest lists");
@@ -261,7 +274,10 @@ impl Store {
         }
 
         // Journal: index every segment and replay what the ledger had not persisted.
-        let mut mem = MemState { active: Arc::new(Memtable::default()), immutables: VecDeque::new() };
+        let mut mem = MemState {
+            active: Arc::new(Memtable::default()),
+            immutables: VecDeque::new(),
+        };
         let mut max_sqn = persisted;
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         let ids = list_ids(&journal_dir, ".seg")?;
@@ -275,7 +291,11 @@ impl Store {
         for (i, &id) in ids.iter().enumerate() {
             let is_last = i + 1 == ids.len();
             let listed_closed = m.segments.iter().any(|s| s.id == id && s.closed);
-            let idx = if listed_closed || !is_last { segment::load_index(&journal_dir, id)? } else { None };
+            let idx = if listed_closed || !is_last {
+                segment::load_index(&journal_dir, id)?
+            } else {
+                None
+            };
             let seg = if let Some(entries) = idx {
                 let seg = Segment::open(&journal_dir, id, entries, true)?;
                 for e in seg.entries().into_iter().filter(|e| e.sqn > persisted) {
@@ -296,7 +316,8 @@ impl Store {
                 let mut start = 0u64;
                 loop {
                     let before = entries.len();
-                    let last = entries.last().map(|e| e.sqn).unwrap_or(max_sqn.min(persisted));
+                    let prev_segment_last = segments.last().and_then(|s| s.last_sqn()).unwrap_or(0);
+                    let last = entries.last().map(|e| e.sqn).unwrap_or(prev_segment_last);
                     let end = segment::scan(&path, start, last, |e, view| {
                         entries.push(e);
                         if view.sqn > persisted {
@@ -322,12 +343,20 @@ impl Store {
                                 "journal segment {}: torn tail at offset {offset} ({reason}); truncating",
                                 path.display()
                             );
-                            let f = OpenOptions::new().write(true).open(&path).ctx(|| format!("opening {}", path.display()))?;
-                            f.set_len(offset).ctx(|| format!("truncating {}", path.display()))?;
+                            let f = OpenOptions::new()
+                                .write(true)
+                                .open(&path)
+                                .ctx(|| format!("opening {}", path.display()))?;
+                            f.set_len(offset)
+                                .ctx(|| format!("truncating {}", path.display()))?;
                             f.sync_all().ctx(|| format!("syncing {}", path.display()))?;
                             break;
                         }
-                        ScanEnd::Corrupt { offset, reason, next_valid } => {
+                        ScanEnd::Corrupt {
+                            offset,
+                            reason,
+                            next_valid,
+                        } => {
                             log::error!(
                                 "journal segment {}: damaged record at offset {offset} ({reason}); valid data resumes at {next_valid}",
                                 path.display()
@@ -355,7 +384,12 @@ impl Store {
         segments.push(active_seg.clone());
         sync_dir(&journal_dir)?;
         let journal = Journal::new(journal_dir, segments);
-        let writer = JournalWriter { seg: active_seg, file: Arc::new(file), size: 0, records: 0 };
+        let writer = JournalWriter {
+            seg: active_seg,
+            file: Arc::new(file),
+            size: 0,
+            records: 0,
+        };
 
         let inner = Arc::new(Inner {
             dir,
@@ -372,10 +406,21 @@ impl Store {
             persisted_sqn: AtomicU64::new(persisted),
             last_sqn: AtomicU64::new(max_sqn),
             next_file_id: AtomicU64::new(max_file_id),
-            manifest: Mutex::new(ManifestState { generation: newest_gen.max(m.generation), pending: VecDeque::new() }),
-            sync: Mutex::new(SyncState { synced: max_sqn, leader: false }),
+            manifest: Mutex::new(ManifestState {
+                generation: newest_gen.max(m.generation),
+                pending: VecDeque::new(),
+            }),
+            sync: Mutex::new(SyncState {
+                synced: max_sqn,
+                leader: false,
+            }),
             sync_cv: Condvar::new(),
-            bg: Mutex::new(Bg { shutdown: false, error: None, cursors: vec![Vec::new(); NUM_LEVELS] }),
+            bg: Mutex::new(Bg {
+                shutdown: false,
+                abandon: false,
+                error: None,
+                cursors: vec![Vec::new(); NUM_LEVELS],
+            }),
             bg_cv: Condvar::new(),
             done_cv: Condvar::new(),
             closed: AtomicBool::new(false),
@@ -388,7 +433,11 @@ impl Store {
             .name("levee-ledger".into())
             .spawn(move || worker_inner.worker())
             .ctx(|| "starting the ledger worker".to_string())?;
-        Ok(Store { inner, worker: Mutex::new(Some(worker)), lock: Mutex::new(Some(lock)) })
+        Ok(Store {
+            inner,
+            worker: Mutex::new(Some(worker)),
+            lock: Mutex::new(Some(lock)),
+        })
     }
 
     /// Store `value` under (bucket, key) with `metadata` (e.g. a version vector) and index changes,
@@ -402,14 +451,25 @@ impl Store {
         index_changes: &[IndexChange],
     ) -> Result<Sqn> {
         if value.len() > self.inner.cfg.max_value_bytes {
-            return Err(Error::ValueTooLarge { size: value.len(), limit: self.inner.cfg.max_value_bytes });
+            return Err(Error::ValueTooLarge {
+                size: value.len(),
+                limit: self.inner.cfg.max_value_bytes,
+            });
         }
-        self.inner.write(Kind::Put, bucket, key, value, metadata, index_changes)
+        self.inner
+            .write(Kind::Put, bucket, key, value, metadata, index_changes)
     }
 
     /// Write a tombstone for (bucket, key). `metadata` is kept with the tombstone.
-    pub fn delete(&self, bucket: &[u8], key: &[u8], metadata: &[u8], index_changes: &[IndexChange]) -> Result<Sqn> {
-        self.inner.write(Kind::Delete, bucket, key, &[], metadata, index_changes)
+    pub fn delete(
+        &self,
+        bucket: &[u8],
+        key: &[u8],
+        metadata: &[u8],
+        index_changes: &[IndexChange],
+    ) -> Result<Sqn> {
+        self.inner
+            .write(Kind::Delete, bucket, key, &[], metadata, index_changes)
     }
 
     /// The object stored under (bucket, key): one ledger lookup plus one journal read.
@@ -420,18 +480,25 @@ impl Store {
         keys::validate_key(key)?;
         i.c.gets.fetch_add(1, Ordering::Relaxed);
         let lk = keys::object_key(bucket, key);
-        let Some(lv) = i.lookup(&lk)? else { return Ok(None) };
+        let Some(lv) = i.lookup(&lk)? else {
+            return Ok(None);
+        };
         if lv.tombstone {
             return Ok(None);
         }
         let rec = i.journal.read(lv.sqn, &lk)?;
-        if rec.value.len() != lv.value_size as usize || crc32c::crc32c(&rec.value) != lv.value_hash {
+        if rec.value.len() != lv.value_size as usize || crc32c::crc32c(&rec.value) != lv.value_hash
+        {
             return Err(Error::Corruption(format!(
                 "value of sqn {} does not match the size/hash the ledger recorded",
                 lv.sqn
             )));
         }
-        Ok(Some(Object { sqn: lv.sqn, value: rec.value, metadata: lv.metadata }))
+        Ok(Some(Object {
+            sqn: lv.sqn,
+            value: rec.value,
+            metadata: lv.metadata,
+        }))
     }
 
     /// Metadata of (bucket, key) from the ledger alone; never reads the journal.
@@ -500,6 +567,25 @@ impl Store {
         })();
         self.lock.lock().take();
         result
+    }
+
+    /// Stop as a crash would: no flush, no journal sync, no manifest; release the directory.
+    /// For tests that need a store whose ledger lags its journal, without a separate process.
+    #[doc(hidden)]
+    pub fn simulate_crash(self) {
+        let i = &self.inner;
+        i.closed.store(true, Ordering::Release);
+        let _w = i.write.lock();
+        {
+            let mut bg = i.bg.lock();
+            bg.shutdown = true;
+            bg.abandon = true;
+            i.bg_cv.notify_all();
+        }
+        if let Some(h) = self.worker.lock().take() {
+            let _ = h.join();
+        }
+        self.lock.lock().take();
     }
 
     /// Engine counters and sizes.
@@ -571,12 +657,21 @@ impl Inner {
         keys::validate_bucket(bucket)?;
         keys::validate_key(key)?;
         if metadata.len() > self.cfg.max_metadata_bytes {
-            return Err(Error::MetadataTooLarge { size: metadata.len(), limit: self.cfg.max_metadata_bytes });
+            return Err(Error::MetadataTooLarge {
+                size: metadata.len(),
+                limit: self.cfg.max_metadata_bytes,
+            });
         }
         let mut change_bytes = 0usize;
         for c in changes {
             keys::validate_index_change(c)?;
-            change_bytes += c.field.len() + 16 + if let keys::Term::Bin(b) = &c.term { b.len() } else { 0 };
+            change_bytes += c.field.len()
+                + 16
+                + if let keys::Term::Bin(b) = &c.term {
+                    b.len()
+                } else {
+                    0
+                };
         }
         if change_bytes > MAX_INDEX_CHANGE_BYTES {
             return Err(Error::InvalidIndex(format!(
@@ -606,16 +701,31 @@ impl Inner {
                 return Err(e);
             }
             w.next_sqn += 1;
-            let view = RecordView { sqn, kind, ledger_key: &lk, metadata, changes: changes.to_vec(), value };
+            let view = RecordView {
+                sqn,
+                kind,
+                ledger_key: &lk,
+                metadata,
+                changes: changes.to_vec(),
+                value,
+            };
             apply(&self.mem.read().active, &view, value_hash);
             self.last_sqn.store(sqn, Ordering::Release);
-            self.c.journal_bytes.fetch_add(len as u64, Ordering::Relaxed);
-            self.c.user_bytes.fetch_add((bucket.len() + key.len() + value.len() + metadata.len()) as u64, Ordering::Relaxed);
+            self.c
+                .journal_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+            self.c.user_bytes.fetch_add(
+                (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
+                Ordering::Relaxed,
+            );
             match kind {
                 Kind::Put => self.c.puts.fetch_add(1, Ordering::Relaxed),
                 Kind::Delete => self.c.deletes.fetch_add(1, Ordering::Relaxed),
             };
-            if w.journal.full(self.cfg.journal_segment_bytes, self.cfg.journal_segment_records) {
+            if w.journal.full(
+                self.cfg.journal_segment_bytes,
+                self.cfg.journal_segment_records,
+            ) {
                 let id = w.next_segment_id;
                 // The write itself is in; a failed roll leaves the old segment active.
                 match w.journal.roll(&self.journal.dir, id) {
@@ -744,7 +854,12 @@ impl Inner {
             .segments()
             .iter()
             .filter_map(|s| {
-                Some(SegmentEntry { id: s.id, first_sqn: s.first_sqn()?, last_sqn: s.last_sqn()?, closed: s.is_closed() })
+                Some(SegmentEntry {
+                    id: s.id,
+                    first_sqn: s.first_sqn()?,
+                    last_sqn: s.last_sqn()?,
+                    closed: s.is_closed(),
+                })
             })
             .collect();
         let generation = ms.generation + 1;
@@ -760,7 +875,11 @@ impl Inner {
         if !obsolete.is_empty() {
             ms.pending.push_back((generation, obsolete));
         }
-        while ms.pending.front().is_some_and(|(g, _)| *g + KEEP - 1 <= generation) {
+        while ms
+            .pending
+            .front()
+            .is_some_and(|(g, _)| *g + KEEP - 1 <= generation)
+        {
             for t in ms.pending.pop_front().unwrap().1 {
                 t.remove_file();
             }
@@ -770,8 +889,13 @@ impl Inner {
 
     fn worker(self: Arc<Self>) {
         loop {
-            let shutdown = self.bg.lock().shutdown;
-            let step = if !self.mem.read().immutables.is_empty() {
+            let (shutdown, abandon) = {
+                let bg = self.bg.lock();
+                (bg.shutdown, bg.abandon)
+            };
+            let step = if abandon {
+                break;
+            } else if !self.mem.read().immutables.is_empty() {
                 self.flush_one()
             } else if shutdown {
                 break;
@@ -807,10 +931,17 @@ impl Inner {
 
     /// Flush the oldest frozen memtable to an L0 table.
     fn flush_one(&self) -> Result<bool> {
-        let Some(mem) = self.mem.read().immutables.front().cloned() else { return Ok(false) };
+        let Some(mem) = self.mem.read().immutables.front().cloned() else {
+            return Ok(false);
+        };
         let entries = mem.encoded_entries();
         if !entries.is_empty() {
-            let mut b = TableBuilder::create(&self.ledger_dir, self.new_file_id(), self.cfg.sst_block_bytes, self.cfg.bloom_bits_per_key)?;
+            let mut b = TableBuilder::create(
+                &self.ledger_dir,
+                self.new_file_id(),
+                self.cfg.sst_block_bytes,
+                self.cfg.bloom_bits_per_key,
+            )?;
             for (k, v) in &entries {
                 b.add(k, v)?;
             }
@@ -822,7 +953,8 @@ impl Inner {
             nv.levels[0].push(table);
             *v = Arc::new(nv);
         }
-        self.persisted_sqn.fetch_max(mem.last_sqn(), Ordering::AcqRel);
+        self.persisted_sqn
+            .fetch_max(mem.last_sqn(), Ordering::AcqRel);
         self.mem.write().immutables.pop_front();
         self.c.flushes.fetch_add(1, Ordering::Relaxed);
         self.write_manifest(Vec::new())?;
@@ -833,15 +965,27 @@ impl Inner {
     fn merge_once(&self) -> Result<bool> {
         let version = self.version.read().clone();
         let cursors = self.bg.lock().cursors.clone();
-        let Some(task) = pick_merge(&version.metas(), &self.cfg, &cursors) else { return Ok(false) };
+        let Some(task) = pick_merge(&version.metas(), &self.cfg, &cursors) else {
+            return Ok(false);
+        };
         let find = |level: usize, ids: &[u64]| -> Vec<Arc<Table>> {
-            version.levels[level].iter().filter(|t| ids.contains(&t.meta.id)).cloned().collect()
+            version.levels[level]
+                .iter()
+                .filter(|t| ids.contains(&t.meta.id))
+                .cloned()
+                .collect()
         };
         let mut upper = find(task.level, &task.upper);
         upper.reverse(); // newest first (matters for overlapping L0 files)
         let lower = find(task.level + 1, &task.lower);
         let inputs: Vec<Arc<Table>> = upper.iter().chain(lower.iter()).cloned().collect();
-        let (outs, written) = run_merge(&self.ledger_dir, &self.cfg, &inputs, task.drop_tombstones, || self.new_file_id())?;
+        let (outs, written) = run_merge(
+            &self.ledger_dir,
+            &self.cfg,
+            &inputs,
+            task.drop_tombstones,
+            || self.new_file_id(),
+        )?;
         let mut opened = Vec::with_capacity(outs.len());
         for m in outs {
             opened.push(Arc::new(Table::open(&self.ledger_dir, m)?));

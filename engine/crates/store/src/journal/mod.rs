@@ -32,7 +32,11 @@ pub(crate) struct OwnedRecord {
 
 impl Journal {
     pub(crate) fn new(dir: PathBuf, segments: Vec<Arc<Segment>>) -> Self {
-        Journal { dir, segments: RwLock::new(segments), reads: AtomicU64::new(0) }
+        Journal {
+            dir,
+            segments: RwLock::new(segments),
+            reads: AtomicU64::new(0),
+        }
     }
 
     pub(crate) fn segments(&self) -> Vec<Arc<Segment>> {
@@ -62,12 +66,17 @@ impl Journal {
     /// Read the record with `sqn`, verifying its checksum and that it is the record asked for.
     pub(crate) fn read(&self, sqn: u64, ledger_key: &[u8]) -> Result<OwnedRecord> {
         let (seg, e) = self.find(sqn).ok_or_else(|| {
-            Error::Corruption(format!("journal has no record with sqn {sqn} that the ledger points to"))
+            Error::Corruption(format!(
+                "journal has no record with sqn {sqn} that the ledger points to"
+            ))
         })?;
         self.reads.fetch_add(1, Ordering::Relaxed);
         let raw = seg.read_raw(e)?;
         let view = record::decode(&raw).map_err(|err| {
-            Error::Corruption(format!("segment {} record sqn {sqn}: {err}", seg.path.display()))
+            Error::Corruption(format!(
+                "segment {} record sqn {sqn}: {err}",
+                seg.path.display()
+            ))
         })?;
         if view.sqn != sqn || view.ledger_key != ledger_key {
             return Err(Error::Corruption(format!(
@@ -76,7 +85,9 @@ impl Journal {
                 view.sqn
             )));
         }
-        Ok(OwnedRecord { value: view.value.to_vec() })
+        Ok(OwnedRecord {
+            value: view.value.to_vec(),
+        })
     }
 
     pub(crate) fn disk_bytes(&self) -> u64 {
@@ -100,13 +111,20 @@ impl JournalWriter {
         if let Err(e) = f.write_all(buf) {
             let cut = self.file.set_len(self.size);
             return Err(match cut {
-                Ok(()) => Error::Io { context: format!("appending sqn {sqn} to the journal"), source: e },
+                Ok(()) => Error::Io {
+                    context: format!("appending sqn {sqn} to the journal"),
+                    source: e,
+                },
                 Err(e2) => Error::Poisoned(format!(
                     "journal append failed ({e}) and the segment could not be cut back ({e2})"
                 )),
             });
         }
-        self.seg.push_index(IdxEntry { sqn, offset: self.size, len: buf.len() as u32 });
+        self.seg.push_index(IdxEntry {
+            sqn,
+            offset: self.size,
+            len: buf.len() as u32,
+        });
         self.size += buf.len() as u64;
         self.records += 1;
         Ok(())

@@ -90,38 +90,61 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
     let kind = match r.u8()? {
         1 => Kind::Put,
         2 => Kind::Delete,
-        k => return Err(Error::Corruption(format!("journal record has unknown kind {k}"))),
+        k => {
+            return Err(Error::Corruption(format!(
+                "journal record has unknown kind {k}"
+            )))
+        }
     };
     let ledger_key = r.bytes()?;
     let metadata = r.bytes()?;
     let n = r.u32()? as usize;
     if n > body.len() {
-        return Err(Error::Corruption("journal record: index change count too large".into()));
+        return Err(Error::Corruption(
+            "journal record: index change count too large".into(),
+        ));
     }
     let mut changes = Vec::with_capacity(n);
     for _ in 0..n {
         let op = match r.u8()? {
             1 => IndexOp::Add,
             2 => IndexOp::Remove,
-            o => return Err(Error::Corruption(format!("journal record: bad index op {o}"))),
+            o => {
+                return Err(Error::Corruption(format!(
+                    "journal record: bad index op {o}"
+                )))
+            }
         };
         let field = r.bytes()?.to_vec();
         let term = match r.u8()? {
             1 => Term::Int(r.u64()? as i64),
             2 => Term::Bin(r.bytes()?.to_vec()),
-            t => return Err(Error::Corruption(format!("journal record: bad term kind {t}"))),
+            t => {
+                return Err(Error::Corruption(format!(
+                    "journal record: bad term kind {t}"
+                )))
+            }
         };
         changes.push(IndexChange { op, field, term });
     }
     let value = r.bytes()?;
     r.expect_end()?;
-    Ok(RecordView { sqn, kind, ledger_key, metadata, changes, value })
+    Ok(RecordView {
+        sqn,
+        kind,
+        ledger_key,
+        metadata,
+        changes,
+        value,
+    })
 }
 
 /// Decode a full record (header + body) held in `buf`.
 pub(crate) fn decode(buf: &[u8]) -> Result<RecordView<'_>> {
     if buf.len() < HEADER_BYTES {
-        return Err(Error::Corruption("journal record shorter than its header".into()));
+        return Err(Error::Corruption(
+            "journal record shorter than its header".into(),
+        ));
     }
     let (len, crc) = header(buf);
     if buf.len() != HEADER_BYTES + len {
@@ -144,7 +167,15 @@ mod tests {
             IndexChange::add(b"age_int".to_vec(), Term::Int(-42)),
             IndexChange::remove(b"name_bin".to_vec(), Term::Bin(b"bob\0".to_vec())),
         ];
-        encode(&mut out, 77, Kind::Put, b"\x01b\0k", b"vv", &changes, b"value!");
+        encode(
+            &mut out,
+            77,
+            Kind::Put,
+            b"\x01b\0k",
+            b"vv",
+            &changes,
+            b"value!",
+        );
         out
     }
 
@@ -170,7 +201,10 @@ mod tests {
                 let mut b = buf.clone();
                 b[i] ^= bit;
                 let res = decode(&b);
-                assert!(res.is_err(), "flip of bit {bit:#x} at byte {i} went unnoticed");
+                assert!(
+                    res.is_err(),
+                    "flip of bit {bit:#x} at byte {i} went unnoticed"
+                );
             }
         }
     }

@@ -68,15 +68,33 @@ impl Segment {
             .ctx(|| format!("creating journal segment {}", path.display()))?;
         sync_dir(dir)?;
         let file = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
-        let seg = Segment { id, path, file, index: RwLock::new(Vec::new()), closed: AtomicBool::new(false) };
+        let seg = Segment {
+            id,
+            path,
+            file,
+            index: RwLock::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        };
         Ok((Arc::new(seg), writer))
     }
 
     /// Open an existing segment with a known index.
-    pub(crate) fn open(dir: &Path, id: u64, index: Vec<IdxEntry>, closed: bool) -> Result<Arc<Segment>> {
+    pub(crate) fn open(
+        dir: &Path,
+        id: u64,
+        index: Vec<IdxEntry>,
+        closed: bool,
+    ) -> Result<Arc<Segment>> {
         let path = seg_path(dir, id);
-        let file = File::open(&path).ctx(|| format!("opening journal segment {}", path.display()))?;
-        Ok(Arc::new(Segment { id, path, file, index: RwLock::new(index), closed: AtomicBool::new(closed) }))
+        let file =
+            File::open(&path).ctx(|| format!("opening journal segment {}", path.display()))?;
+        Ok(Arc::new(Segment {
+            id,
+            path,
+            file,
+            index: RwLock::new(index),
+            closed: AtomicBool::new(closed),
+        }))
     }
 
     pub(crate) fn first_sqn(&self) -> Option<u64> {
@@ -104,7 +122,9 @@ impl Segment {
     /// Find the record with this SQN.
     pub(crate) fn locate(&self, sqn: u64) -> Option<IdxEntry> {
         let idx = self.index.read();
-        idx.binary_search_by_key(&sqn, |e| e.sqn).ok().map(|i| idx[i])
+        idx.binary_search_by_key(&sqn, |e| e.sqn)
+            .ok()
+            .map(|i| idx[i])
     }
 
     /// Read the raw bytes of one record (one pread).
@@ -119,7 +139,10 @@ impl Segment {
                     e.offset
                 ))
             } else {
-                Error::Io { context: format!("reading {}", self.path.display()), source: err }
+                Error::Io {
+                    context: format!("reading {}", self.path.display()),
+                    source: err,
+                }
             }
         })?;
         Ok(buf)
@@ -153,18 +176,29 @@ pub(crate) fn load_index(dir: &Path, id: u64) -> Result<Option<Vec<IdxEntry>>> {
     let buf = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::Io { context: format!("reading {}", path.display()), source: e }),
+        Err(e) => {
+            return Err(Error::Io {
+                context: format!("reading {}", path.display()),
+                source: e,
+            })
+        }
     };
     let parsed = (|| -> Result<Vec<IdxEntry>> {
         let payload = unseal(&buf, "journal index")?;
         let mut r = Reader::new(payload, "journal index");
         if r.raw(4)? != IDX_MAGIC || r.u32()? != IDX_VERSION {
-            return Err(Error::Corruption("journal index: bad magic or version".into()));
+            return Err(Error::Corruption(
+                "journal index: bad magic or version".into(),
+            ));
         }
         let n = r.u64()? as usize;
         let mut v = Vec::with_capacity(n.min(payload.len() / 20));
         for _ in 0..n {
-            v.push(IdxEntry { sqn: r.u64()?, offset: r.u64()?, len: r.u32()? });
+            v.push(IdxEntry {
+                sqn: r.u64()?,
+                offset: r.u64()?,
+                len: r.u32()?,
+            });
         }
         r.expect_end()?;
         Ok(v)
@@ -186,7 +220,11 @@ pub(crate) enum ScanEnd {
     /// A partial or damaged record at the very end, with nothing valid after it: a torn write.
     TornTail { offset: u64, reason: String },
     /// A damaged record followed by valid data: real corruption.
-    Corrupt { offset: u64, reason: String, next_valid: u64 },
+    Corrupt {
+        offset: u64,
+        reason: String,
+        next_valid: u64,
+    },
 }
 
 /// Read a segment from the start, calling `on_record` for each valid record in order.
@@ -199,9 +237,13 @@ pub(crate) fn scan(
 ) -> Result<ScanEnd> {
     let max_record_bytes = MAX_RECORD_BYTES;
     let file = File::open(path).ctx(|| format!("opening {}", path.display()))?;
-    let file_len = file.metadata().ctx(|| format!("stat {}", path.display()))?.len();
+    let file_len = file
+        .metadata()
+        .ctx(|| format!("stat {}", path.display()))?
+        .len();
     let mut rd = BufReader::with_capacity(1 << 20, &file);
-    rd.seek(SeekFrom::Start(start)).ctx(|| format!("seeking in {}", path.display()))?;
+    rd.seek(SeekFrom::Start(start))
+        .ctx(|| format!("seeking in {}", path.display()))?;
     let mut offset = start;
     let mut body = Vec::new();
     loop {
@@ -219,13 +261,22 @@ pub(crate) fn scan(
                 return Err(format!("implausible record length {len}"));
             }
             if file_len - offset - (HEADER_BYTES as u64) < len as u64 {
-                return Err(format!("record of {len} bytes runs past the end of the file"));
+                return Err(format!(
+                    "record of {len} bytes runs past the end of the file"
+                ));
             }
             body.resize(len, 0);
             rd.read_exact(&mut body).map_err(|e| e.to_string())?;
             let mut whole = hdr.to_vec();
             whole.extend_from_slice(&body);
-            Ok((IdxEntry { sqn: 0, offset, len: (HEADER_BYTES + len) as u32 }, whole))
+            Ok((
+                IdxEntry {
+                    sqn: 0,
+                    offset,
+                    len: (HEADER_BYTES + len) as u32,
+                },
+                whole,
+            ))
         })();
         let reason = match problem {
             Ok((mut e, whole)) => match record::decode(&whole) {
@@ -263,13 +314,17 @@ fn classify(
     let mut buf = vec![0u8; WINDOW + PROBE];
     while pos + PROBE as u64 <= file_len {
         let n = ((file_len - pos) as usize).min(buf.len());
-        file.read_exact_at(&mut buf[..n], pos).ctx(|| "reading a segment tail".to_string())?;
+        file.read_exact_at(&mut buf[..n], pos)
+            .ctx(|| "reading a segment tail".to_string())?;
         let last_start = n.saturating_sub(PROBE);
         for s in 0..=last_start {
             let p = &buf[s..s + PROBE];
             let (len, _) = record::header(p);
             let at = pos + s as u64;
-            if len < MIN_BODY || len > max_record_bytes || at + (HEADER_BYTES + len) as u64 > file_len {
+            if len < MIN_BODY
+                || len > max_record_bytes
+                || at + (HEADER_BYTES + len) as u64 > file_len
+            {
                 continue;
             }
             let sqn = u64::from_le_bytes(p[HEADER_BYTES..HEADER_BYTES + 8].try_into().unwrap());
@@ -278,12 +333,20 @@ fn classify(
                 continue;
             }
             let mut whole = vec![0u8; HEADER_BYTES + len];
-            file.read_exact_at(&mut whole, at).ctx(|| "reading a segment tail".to_string())?;
+            file.read_exact_at(&mut whole, at)
+                .ctx(|| "reading a segment tail".to_string())?;
             if record::decode(&whole).is_ok() {
-                return Ok(ScanEnd::Corrupt { offset: bad, reason, next_valid: at });
+                return Ok(ScanEnd::Corrupt {
+                    offset: bad,
+                    reason,
+                    next_valid: at,
+                });
             }
         }
         pos += (last_start + 1) as u64;
     }
-    Ok(ScanEnd::TornTail { offset: bad, reason })
+    Ok(ScanEnd::TornTail {
+        offset: bad,
+        reason,
+    })
 }

@@ -14,11 +14,16 @@ fn hashes(key: &[u8]) -> (u32, u32) {
 
 impl Bloom {
     /// Build a filter sized for `keys`.
-    pub(crate) fn build<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]>, bits_per_key: u32) -> Bloom {
+    pub(crate) fn build<'a>(
+        keys: impl ExactSizeIterator<Item = &'a [u8]>,
+        bits_per_key: u32,
+    ) -> Bloom {
         let n = keys.len().max(1);
         let nbits = (n * bits_per_key as usize).max(64);
         let nbytes = nbits.div_ceil(8);
-        let k = ((bits_per_key as f64) * std::f64::consts::LN_2).round().clamp(1.0, 30.0) as u32;
+        let k = ((bits_per_key as f64) * std::f64::consts::LN_2)
+            .round()
+            .clamp(1.0, 30.0) as u32;
         let mut bits = vec![0u8; nbytes];
         let m = (nbytes * 8) as u32;
         for key in keys {
@@ -62,7 +67,10 @@ impl Bloom {
         if k == 0 || k > 30 {
             return None;
         }
-        Some(Bloom { bits: buf[4..].to_vec(), k })
+        Some(Bloom {
+            bits: buf[4..].to_vec(),
+            k,
+        })
     }
 }
 
@@ -72,12 +80,16 @@ mod tests {
 
     #[test]
     fn no_false_negatives_and_low_false_positive_rate() {
-        let keys: Vec<Vec<u8>> = (0..10_000u32).map(|i| format!("key-{i}").into_bytes()).collect();
+        let keys: Vec<Vec<u8>> = (0..10_000u32)
+            .map(|i| format!("key-{i}").into_bytes())
+            .collect();
         let bloom = Bloom::build(keys.iter().map(|k| k.as_slice()), 10);
         for k in &keys {
             assert!(bloom.may_contain(k));
         }
-        let fp = (0..10_000u32).filter(|i| bloom.may_contain(format!("other-{i}").as_bytes())).count();
+        let fp = (0..10_000u32)
+            .filter(|i| bloom.may_contain(format!("other-{i}").as_bytes()))
+            .count();
         assert!(fp < 300, "false positive rate too high: {fp} / 10000");
         let mut enc = Vec::new();
         bloom.encode(&mut enc);

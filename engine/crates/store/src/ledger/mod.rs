@@ -24,7 +24,9 @@ pub(crate) struct Version {
 
 impl Version {
     pub(crate) fn empty() -> Self {
-        Version { levels: vec![Vec::new(); NUM_LEVELS] }
+        Version {
+            levels: vec![Vec::new(); NUM_LEVELS],
+        }
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<LedgerValue>> {
@@ -49,7 +51,10 @@ impl Version {
     }
 
     pub(crate) fn metas(&self) -> Vec<Vec<TableMeta>> {
-        self.levels.iter().map(|l| l.iter().map(|t| t.meta.clone()).collect()).collect()
+        self.levels
+            .iter()
+            .map(|l| l.iter().map(|t| t.meta.clone()).collect())
+            .collect()
     }
 
     pub(crate) fn disk_bytes(&self) -> u64 {
@@ -90,7 +95,11 @@ pub(crate) fn merge_backlog(levels: &[Vec<TableMeta>], cfg: &Config) -> u64 {
 
 /// Decide the next merge, if any. L0 first (when it holds `l0_merge_trigger` files), then the level
 /// most over its size target; within a level the file after `cursors[level]` (round robin).
-pub(crate) fn pick_merge(levels: &[Vec<TableMeta>], cfg: &Config, cursors: &[Vec<u8>]) -> Option<MergeTask> {
+pub(crate) fn pick_merge(
+    levels: &[Vec<TableMeta>],
+    cfg: &Config,
+    cursors: &[Vec<u8>],
+) -> Option<MergeTask> {
     let (level, upper): (usize, Vec<&TableMeta>) = if levels[0].len() >= cfg.l0_merge_trigger {
         (0, levels[0].iter().collect())
     } else {
@@ -105,17 +114,40 @@ pub(crate) fn pick_merge(levels: &[Vec<TableMeta>], cfg: &Config, cursors: &[Vec
         let (_, l) = best?;
         let files = &levels[l];
         let cursor = cursors.get(l).map(|c| c.as_slice()).unwrap_or(&[]);
-        let pick = files.iter().find(|m| m.smallest.as_slice() > cursor).unwrap_or(&files[0]);
+        let pick = files
+            .iter()
+            .find(|m| m.smallest.as_slice() > cursor)
+            .unwrap_or(&files[0]);
         (l, vec![pick])
     };
     let lo = upper.iter().map(|m| m.smallest.as_slice()).min()?;
     let hi = upper.iter().map(|m| m.largest.as_slice()).max()?;
-    let lower: Vec<u64> = levels[level + 1].iter().filter(|m| m.overlaps(lo, hi)).map(|m| m.id).collect();
+    let lower: Vec<u64> = levels[level + 1]
+        .iter()
+        .filter(|m| m.overlaps(lo, hi))
+        .map(|m| m.id)
+        .collect();
     // The merged range grows to cover the lower files too.
-    let lo2 = levels[level + 1].iter().filter(|m| lower.contains(&m.id)).map(|m| m.smallest.as_slice()).fold(lo, |a, b| a.min(b));
-    let hi2 = levels[level + 1].iter().filter(|m| lower.contains(&m.id)).map(|m| m.largest.as_slice()).fold(hi, |a, b| a.max(b));
-    let deeper = levels[level + 2..].iter().flatten().any(|m| m.overlaps(lo2, hi2));
-    Some(MergeTask { level, upper: upper.iter().map(|m| m.id).collect(), lower, drop_tombstones: !deeper })
+    let lo2 = levels[level + 1]
+        .iter()
+        .filter(|m| lower.contains(&m.id))
+        .map(|m| m.smallest.as_slice())
+        .fold(lo, |a, b| a.min(b));
+    let hi2 = levels[level + 1]
+        .iter()
+        .filter(|m| lower.contains(&m.id))
+        .map(|m| m.largest.as_slice())
+        .fold(hi, |a, b| a.max(b));
+    let deeper = levels[level + 2..]
+        .iter()
+        .flatten()
+        .any(|m| m.overlaps(lo2, hi2));
+    Some(MergeTask {
+        level,
+        upper: upper.iter().map(|m| m.id).collect(),
+        lower,
+        drop_tombstones: !deeper,
+    })
 }
 
 /// Merge sorted sources; on equal keys the source with the lowest index (the newest) wins.
@@ -128,7 +160,11 @@ pub(crate) struct MergeIter<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> {
 impl<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> MergeIter<I> {
     pub(crate) fn new(sources: Vec<I>) -> Self {
         let n = sources.len();
-        MergeIter { sources, heads: vec![None; n], started: false }
+        MergeIter {
+            sources,
+            heads: vec![None; n],
+            started: false,
+        }
     }
 
     fn refill(&mut self, i: usize) -> Result<()> {
@@ -181,7 +217,10 @@ pub(crate) fn run_merge(
     drop_tombstones: bool,
     mut next_id: impl FnMut() -> u64,
 ) -> Result<(Vec<TableMeta>, u64)> {
-    let iters: Vec<_> = inputs_newest_first.iter().map(|t| t.iter_from(&[])).collect::<Result<_>>()?;
+    let iters: Vec<_> = inputs_newest_first
+        .iter()
+        .map(|t| t.iter_from(&[]))
+        .collect::<Result<_>>()?;
     let merged = MergeIter::new(iters);
     let mut outputs = Vec::new();
     let mut written = 0u64;
@@ -193,7 +232,12 @@ pub(crate) fn run_merge(
                 continue;
             }
             if builder.is_none() {
-                builder = Some(TableBuilder::create(dir, next_id(), cfg.sst_block_bytes, cfg.bloom_bits_per_key)?);
+                builder = Some(TableBuilder::create(
+                    dir,
+                    next_id(),
+                    cfg.sst_block_bytes,
+                    cfg.bloom_bits_per_key,
+                )?);
             }
             let b = builder.as_mut().unwrap();
             b.add(&k, &v)?;
@@ -231,11 +275,22 @@ mod tests {
     use super::*;
 
     fn meta(id: u64, lo: &str, hi: &str, size: u64) -> TableMeta {
-        TableMeta { id, size, entries: 1, smallest: lo.into(), largest: hi.into() }
+        TableMeta {
+            id,
+            size,
+            entries: 1,
+            smallest: lo.into(),
+            largest: hi.into(),
+        }
     }
 
     fn cfg() -> Config {
-        Config { level_base_bytes: 100, level_multiplier: 10, l0_merge_trigger: 4, ..Config::default() }
+        Config {
+            level_base_bytes: 100,
+            level_multiplier: 10,
+            l0_merge_trigger: 4,
+            ..Config::default()
+        }
     }
 
     #[test]
@@ -244,30 +299,55 @@ mod tests {
         let mut levels = vec![Vec::new(); NUM_LEVELS];
         // Nothing to do on an empty tree, or with 3 L0 files.
         assert_eq!(pick_merge(&levels, &cfg(), &none), None);
-        levels[0] = vec![meta(1, "a", "c", 10), meta(2, "b", "d", 10), meta(3, "x", "z", 10)];
+        levels[0] = vec![
+            meta(1, "a", "c", 10),
+            meta(2, "b", "d", 10),
+            meta(3, "x", "z", 10),
+        ];
         assert_eq!(pick_merge(&levels, &cfg(), &none), None);
         // 4 L0 files: all of L0 plus the overlapping L1 files; no deeper data → drop tombstones.
         levels[0].push(meta(4, "c", "e", 10));
-        levels[1] = vec![meta(10, "a", "b", 10), meta(11, "f", "g", 10), meta(12, "y", "z", 10)];
+        levels[1] = vec![
+            meta(10, "a", "b", 10),
+            meta(11, "f", "g", 10),
+            meta(12, "y", "z", 10),
+        ];
         assert_eq!(
             pick_merge(&levels, &cfg(), &none),
-            Some(MergeTask { level: 0, upper: vec![1, 2, 3, 4], lower: vec![10, 11, 12], drop_tombstones: true })
+            Some(MergeTask {
+                level: 0,
+                upper: vec![1, 2, 3, 4],
+                lower: vec![10, 11, 12],
+                drop_tombstones: true
+            })
         );
         // Deeper data overlapping the range keeps tombstones.
         levels[2] = vec![meta(20, "f", "f", 10)];
         assert!(!pick_merge(&levels, &cfg(), &none).unwrap().drop_tombstones);
         // L1 over target (300 > 100): the file after the cursor, with its L2 overlaps.
         levels[0].clear();
-        levels[1] = vec![meta(10, "a", "b", 100), meta(11, "e", "g", 100), meta(12, "y", "z", 100)];
+        levels[1] = vec![
+            meta(10, "a", "b", 100),
+            meta(11, "e", "g", 100),
+            meta(12, "y", "z", 100),
+        ];
         let mut cursors = none.clone();
         cursors[1] = b"b".to_vec();
         assert_eq!(
             pick_merge(&levels, &cfg(), &cursors),
-            Some(MergeTask { level: 1, upper: vec![11], lower: vec![20], drop_tombstones: true })
+            Some(MergeTask {
+                level: 1,
+                upper: vec![11],
+                lower: vec![20],
+                drop_tombstones: true
+            })
         );
         // Cursor past the last file wraps to the first.
         cursors[1] = b"zz".to_vec();
-        assert_eq!(pick_merge(&levels, &cfg(), &cursors).unwrap().upper, vec![10]);
+        assert_eq!(
+            pick_merge(&levels, &cfg(), &cursors).unwrap().upper,
+            vec![10]
+        );
         // The level most over target wins: L2 at 5000/1000 beats L1 at 300/100.
         levels[2] = vec![meta(20, "f", "f", 5000)];
         assert_eq!(pick_merge(&levels, &cfg(), &none).unwrap().level, 2);
@@ -281,20 +361,31 @@ mod tests {
                 .collect::<Vec<_>>()
                 .into_iter()
         };
-        let m: Vec<_> = MergeIter::new(vec![s(vec![("b", "new"), ("d", "new")]), s(vec![("a", "old"), ("b", "old"), ("c", "old")])])
-            .map(|r| r.unwrap())
-            .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
-            .collect();
+        let m: Vec<_> = MergeIter::new(vec![
+            s(vec![("b", "new"), ("d", "new")]),
+            s(vec![("a", "old"), ("b", "old"), ("c", "old")]),
+        ])
+        .map(|r| r.unwrap())
+        .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+        .collect();
         assert_eq!(
             m,
-            vec![("a".into(), "old".into()), ("b".into(), "new".into()), ("c".into(), "old".into()), ("d".into(), "new".into())]
+            vec![
+                ("a".into(), "old".into()),
+                ("b".into(), "new".into()),
+                ("c".into(), "old".into()),
+                ("d".into(), "new".into())
+            ]
         );
     }
 
     #[test]
     fn backlog_counts_files_over_target() {
         let mut levels = vec![Vec::new(); NUM_LEVELS];
-        let c = Config { sst_target_bytes: 50, ..cfg() };
+        let c = Config {
+            sst_target_bytes: 50,
+            ..cfg()
+        };
         assert_eq!(merge_backlog(&levels, &c), 0);
         levels[0] = (0..6).map(|i| meta(i, "a", "b", 1)).collect();
         levels[1] = vec![meta(9, "a", "z", 200)];

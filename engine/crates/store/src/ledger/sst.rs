@@ -62,7 +62,12 @@ pub(crate) struct TableBuilder {
 }
 
 impl TableBuilder {
-    pub(crate) fn create(dir: &Path, id: u64, block_target: usize, bits_per_key: u32) -> Result<Self> {
+    pub(crate) fn create(
+        dir: &Path,
+        id: u64,
+        block_target: usize,
+        bits_per_key: u32,
+    ) -> Result<Self> {
         let path = sst_path(dir, id);
         let f = OpenOptions::new()
             .create_new(true)
@@ -87,12 +92,17 @@ impl TableBuilder {
     }
 
     pub(crate) fn add(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        debug_assert!(self.keys.last().is_none_or(|k| k.as_slice() < key), "keys must ascend");
+        debug_assert!(
+            self.keys.last().is_none_or(|k| k.as_slice() < key),
+            "keys must ascend"
+        );
         if self.smallest.is_none() {
             self.smallest = Some(key.to_vec());
         }
         if value.len() >= 8 {
-            self.max_sqn = self.max_sqn.max(u64::from_le_bytes(value[..8].try_into().unwrap()));
+            self.max_sqn = self
+                .max_sqn
+                .max(u64::from_le_bytes(value[..8].try_into().unwrap()));
         }
         put_bytes(&mut self.block, key);
         put_bytes(&mut self.block, value);
@@ -110,7 +120,9 @@ impl TableBuilder {
             return Ok(());
         }
         seal(&mut self.block, 0);
-        self.out.write_all(&self.block).ctx(|| format!("writing {}", self.path.display()))?;
+        self.out
+            .write_all(&self.block)
+            .ctx(|| format!("writing {}", self.path.display()))?;
         put_bytes(&mut self.index, &self.block_last);
         put_u64(&mut self.index, self.offset);
         put_u32(&mut self.index, self.block.len() as u32);
@@ -154,13 +166,16 @@ impl TableBuilder {
         debug_assert_eq!(footer.len(), FOOTER_BYTES);
         let path = self.path.clone();
         for part in [&index, &bloom_buf, &footer] {
-            self.out.write_all(part).ctx(|| format!("writing {}", path.display()))?;
+            self.out
+                .write_all(part)
+                .ctx(|| format!("writing {}", path.display()))?;
         }
         let file = self.out.into_inner().map_err(|e| Error::Io {
             context: format!("flushing {}", path.display()),
             source: e.into_error(),
         })?;
-        file.sync_all().ctx(|| format!("syncing {}", path.display()))?;
+        file.sync_all()
+            .ctx(|| format!("syncing {}", path.display()))?;
         let size = bloom_off + bloom_buf.len() as u64 + FOOTER_BYTES as u64;
         Ok(TableMeta {
             id: self.id,
@@ -208,20 +223,35 @@ impl Table {
             log::error!("SST {}: {e}", path.display());
             e.to_string()
         });
-        Ok(Table { meta, path, file: Some(file), loaded })
+        Ok(Table {
+            meta,
+            path,
+            file: Some(file),
+            loaded,
+        })
     }
 
     fn load(file: &File, path: &Path) -> Result<Loaded> {
-        let len = file.metadata().ctx(|| format!("stat {}", path.display()))?.len();
+        let len = file
+            .metadata()
+            .ctx(|| format!("stat {}", path.display()))?
+            .len();
         if len < FOOTER_BYTES as u64 {
-            return Err(Error::Corruption(format!("SST {} is too short", path.display())));
+            return Err(Error::Corruption(format!(
+                "SST {} is too short",
+                path.display()
+            )));
         }
         let read = |off: u64, n: usize| -> Result<Vec<u8>> {
             if off.checked_add(n as u64).is_none_or(|end| end > len) {
-                return Err(Error::Corruption(format!("SST {}: block beyond end of file", path.display())));
+                return Err(Error::Corruption(format!(
+                    "SST {}: block beyond end of file",
+                    path.display()
+                )));
             }
             let mut b = vec![0u8; n];
-            file.read_exact_at(&mut b, off).ctx(|| format!("reading {}", path.display()))?;
+            file.read_exact_at(&mut b, off)
+                .ctx(|| format!("reading {}", path.display()))?;
             Ok(b)
         };
         let footer = read(len - FOOTER_BYTES as u64, FOOTER_BYTES)?;
@@ -232,7 +262,10 @@ impl Table {
         let _entries = r.u64()?;
         let _max_sqn = r.u64()?;
         if r.raw(4)? != MAGIC {
-            return Err(Error::Corruption(format!("SST {}: bad magic", path.display())));
+            return Err(Error::Corruption(format!(
+                "SST {}: bad magic",
+                path.display()
+            )));
         }
         let index_buf = read(index_off, index_len)?;
         let index_payload = unseal(&index_buf, "SST index")?;
@@ -240,19 +273,24 @@ impl Table {
         let n = r.u32()? as usize;
         let mut index = Vec::with_capacity(n.min(index_payload.len()));
         for _ in 0..n {
-            index.push(BlockHandle { last_key: r.bytes()?.to_vec(), offset: r.u64()?, len: r.u32()? });
+            index.push(BlockHandle {
+                last_key: r.bytes()?.to_vec(),
+                offset: r.u64()?,
+                len: r.u32()?,
+            });
         }
         r.expect_end()?;
         let bloom_buf = read(bloom_off, bloom_len)?;
-        let bloom = Bloom::decode(unseal(&bloom_buf, "SST bloom")?)
-            .ok_or_else(|| Error::Corruption(format!("SST {}: bad bloom filter", path.display())))?;
+        let bloom = Bloom::decode(unseal(&bloom_buf, "SST bloom")?).ok_or_else(|| {
+            Error::Corruption(format!("SST {}: bad bloom filter", path.display()))
+        })?;
         Ok(Loaded { index, bloom })
     }
 
     fn loaded(&self) -> Result<&Loaded> {
-        self.loaded
-            .as_ref()
-            .map_err(|e| Error::Corruption(format!("SST {} is unreadable: {e}", self.path.display())))
+        self.loaded.as_ref().map_err(|e| {
+            Error::Corruption(format!("SST {} is unreadable: {e}", self.path.display()))
+        })
     }
 
     fn read_block(&self, h: &BlockHandle) -> Result<Vec<u8>> {
@@ -260,13 +298,25 @@ impl Table {
         let mut buf = vec![0u8; h.len as usize];
         file.read_exact_at(&mut buf, h.offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Error::Corruption(format!("SST {}: block past end of file", self.path.display()))
+                Error::Corruption(format!(
+                    "SST {}: block past end of file",
+                    self.path.display()
+                ))
             } else {
-                Error::Io { context: format!("reading {}", self.path.display()), source: e }
+                Error::Io {
+                    context: format!("reading {}", self.path.display()),
+                    source: e,
+                }
             }
         })?;
         let n = unseal(&buf, "SST data block")
-            .map_err(|e| Error::Corruption(format!("{} at offset {}: {e}", self.path.display(), h.offset)))?
+            .map_err(|e| {
+                Error::Corruption(format!(
+                    "{} at offset {}: {e}",
+                    self.path.display(),
+                    h.offset
+                ))
+            })?
             .len();
         buf.truncate(n);
         Ok(buf)
@@ -279,7 +329,9 @@ impl Table {
             return Ok(None);
         }
         let i = l.index.partition_point(|h| h.last_key.as_slice() < key);
-        let Some(h) = l.index.get(i) else { return Ok(None) };
+        let Some(h) = l.index.get(i) else {
+            return Ok(None);
+        };
         let block = self.read_block(h)?;
         let mut r = Reader::new(&block, "SST data block");
         while !r.is_empty() {
@@ -299,7 +351,12 @@ impl Table {
     pub(crate) fn iter_from(&self, start: &[u8]) -> Result<TableIter<'_>> {
         let l = self.loaded()?;
         let block = l.index.partition_point(|h| h.last_key.as_slice() < start);
-        Ok(TableIter { table: self, block, entries: Vec::new().into_iter(), start: start.to_vec() })
+        Ok(TableIter {
+            table: self,
+            block,
+            entries: Vec::new().into_iter(),
+            start: start.to_vec(),
+        })
     }
 
     /// Delete the file (called once no version references the table).
@@ -363,14 +420,22 @@ mod tests {
 
     fn value(sqn: u64) -> Vec<u8> {
         let mut b = Vec::new();
-        LedgerValue { sqn, tombstone: false, value_size: 1, value_hash: 2, metadata: vec![] }.encode(&mut b);
+        LedgerValue {
+            sqn,
+            tombstone: false,
+            value_size: 1,
+            value_hash: 2,
+            metadata: vec![],
+        }
+        .encode(&mut b);
         b
     }
 
     fn build(dir: &Path, n: u32) -> TableMeta {
         let mut b = TableBuilder::create(dir, 1, 256, 10).unwrap();
         for i in 0..n {
-            b.add(format!("k{i:06}").as_bytes(), &value(i as u64)).unwrap();
+            b.add(format!("k{i:06}").as_bytes(), &value(i as u64))
+                .unwrap();
         }
         b.finish().unwrap()
     }
@@ -384,12 +449,19 @@ mod tests {
         assert_eq!(meta.largest, b"k000999");
         let t = Table::open(d.path(), meta).unwrap();
         for i in (0..1000).step_by(7) {
-            let v = t.get(format!("k{i:06}").as_bytes()).unwrap().expect("present");
+            let v = t
+                .get(format!("k{i:06}").as_bytes())
+                .unwrap()
+                .expect("present");
             assert_eq!(v.sqn, i as u64);
         }
         assert!(t.get(b"k0005005").unwrap().is_none());
         assert!(t.get(b"zzz").unwrap().is_none());
-        let all: Vec<_> = t.iter_from(b"k000990").unwrap().map(|r| r.unwrap().0).collect();
+        let all: Vec<_> = t
+            .iter_from(b"k000990")
+            .unwrap()
+            .map(|r| r.unwrap().0)
+            .collect();
         assert_eq!(all.len(), 10);
         assert_eq!(all[0], b"k000990");
     }

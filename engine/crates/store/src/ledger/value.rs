@@ -36,13 +36,23 @@ impl LedgerValue {
         let tombstone = match r.u8()? {
             1 => false,
             2 => true,
-            s => return Err(Error::Corruption(format!("ledger value has unknown status {s}"))),
+            s => {
+                return Err(Error::Corruption(format!(
+                    "ledger value has unknown status {s}"
+                )))
+            }
         };
         let value_size = r.u32()?;
         let value_hash = r.u32()?;
         let metadata = r.bytes()?.to_vec();
         r.expect_end()?;
-        Ok(LedgerValue { sqn, tombstone, value_size, value_hash, metadata })
+        Ok(LedgerValue {
+            sqn,
+            tombstone,
+            value_size,
+            value_hash,
+            metadata,
+        })
     }
 
     /// Read the tombstone flag of an encoded value without decoding it.
@@ -57,7 +67,13 @@ mod tests {
 
     #[test]
     fn round_trip_and_tombstone_peek() {
-        let v = LedgerValue { sqn: 9, tombstone: true, value_size: 3, value_hash: 7, metadata: b"m".to_vec() };
+        let v = LedgerValue {
+            sqn: 9,
+            tombstone: true,
+            value_size: 3,
+            value_hash: 7,
+            metadata: b"m".to_vec(),
+        };
         let mut b = Vec::new();
         v.encode(&mut b);
         assert_eq!(b.len(), v.encoded_len());

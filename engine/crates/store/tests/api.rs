@@ -1,0 +1,239 @@
+//! Public API behaviour: bad input gets typed errors and leaves data intact, HEAD never reads the
+//! journal, operations after close fail, sync writers share fsyncs.
+
+use std::sync::Arc;
+
+use levee_store::{Config, Error, IndexChange, Store, SyncMode, Term, MAX_KEY_BYTES};
+
+fn open(dir: &std::path::Path) -> Store {
+    Store::open(dir, Config::small_for_tests()).unwrap()
+}
+
+#[test]
+fn bad_input_gets_typed_errors_and_leaves_data_intact() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        max_value_bytes: 1 << 20,
+        max_metadata_bytes: 1024,
+        ..Config::small_for_tests()
+    };
+    let s = Store::open(d.path(), cfg).unwrap();
+    let sqn = s.put(b"b", b"k", b"v1", b"m1", &[]).unwrap();
+
+    assert!(matches!(
+        s.put(b"b", b"", b"v", b"", &[]),
+        Err(Error::InvalidKey(_))
+    ));
+    assert!(matches!(s.get(b"b", b""), Err(Error::InvalidKey(_))));
+    assert!(matches!(
+        s.head(b"b", &vec![7u8; MAX_KEY_BYTES + 1]),
+        Err(Error::InvalidKey(_))
+    ));
+    assert!(matches!(
+        s.put(b"b", &vec![7u8; MAX_KEY_BYTES + 1], b"v", b"", &[]),
+        Err(Error::InvalidKey(_))
+    ));
+    match s.put(b"b", b"k", &vec![0u8; (1 << 20) + 1], b"", &[]) {
+        Err(Error::ValueTooLarge { size, limit }) => {
+            assert_eq!((size, limit), ((1 << 20) + 1, 1 << 20))
+        }
+        other => panic!("expected ValueTooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        s.put(b"b", b"k", b"v", &[0u8; 1025], &[]),
+        Err(Error::MetadataTooLarge { .. })
+    ));
+    let err = s.put(b"a\0b", b"k", b"v", b"", &[]).unwrap_err();
+    assert!(matches!(err, Error::InvalidBucket(_)));
+    assert!(
+        err.to_string().contains("collide"),
+        "message explains why: {err}"
+    );
+    assert!(matches!(
+        s.put(b"", b"k", b"v", b"", &[]),
+        Err(Error::InvalidBucket(_))
+    ));
+    let bad_field = IndexChange::add(b"".to_vec(), Term::Int(1));
+    assert!(matches!(
+        s.put(b"b", b"k", b"v", b"", &[bad_field]),
+        Err(Error::InvalidIndex(_))
+    ));
+
+    // None of that touched the stored object, nor consumed an SQN.
+    let o = s.get(b"b", b"k").unwrap().unwrap();
+    assert_eq!(
+        (o.sqn, o.value.as_slice(), o.metadata.as_slice()),
+        (sqn, &b"v1"[..], &b"m1"[..])
+    );
+    assert_eq!(s.put(b"b", b"k2", b"v", b"", &[]).unwrap(), sqn + 1);
+    s.close().unwrap();
+    let s = open(d.path());
+    assert_eq!(s.get(b"b", b"k").unwrap().unwrap().value, b"v1");
+}
+
+#[test]
+fn operations_after_close_fail_with_closed() {
+    let d = tempfile::tempdir().unwrap();
+    let s = open(d.path());
+    s.put(b"b", b"k", b"v", b"", &[]).unwrap();
+    s.close().unwrap();
+    assert!(matches!(
+        s.put(b"b", b"k", b"v", b"", &[]),
+        Err(Error::Closed)
+    ));
+    assert!(matches!(s.get(b"b", b"k"), Err(Error::Closed)));
+    assert!(matches!(s.head(b"b", b"k"), Err(Error::Closed)));
+    assert!(matches!(s.delete(b"b", b"k", b"", &[]), Err(Error::Closed)));
+    assert!(matches!(s.flush(), Err(Error::Closed)));
+    s.close().unwrap();
+}
+
+#[test]
+fn a_locked_directory_is_refused_with_its_path() {
+    let d = tempfile::tempdir().unwrap();
+    let _s = open(d.path());
+    let err = Store::open(d.path(), Config::small_for_tests()).unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err:?}");
+    assert!(err.to_string().contains(&d.path().display().to_string()));
+}
+
+#[test]
+fn invalid_config_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        l0_stall_files: 2,
+        l0_merge_trigger: 4,
+        ..Config::default()
+    };
+    assert!(matches!(
+        Store::open(d.path(), cfg),
+        Err(Error::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        "maybe".parse::<SyncMode>(),
+        Err(Error::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn head_never_reads_the_journal_and_get_reads_it_once() {
+    let d = tempfile::tempdir().unwrap();
+    let s = open(d.path());
+    for i in 0..300u32 {
+        s.put(
+            b"b",
+            format!("k{i}").as_bytes(),
+            &vec![i as u8; 500],
+            &i.to_le_bytes(),
+            &[],
+        )
+        .unwrap();
+        if i == 150 {
+            s.flush().unwrap(); // half the keys in SSTs, half in the memtable
+        }
+    }
+    let before = s.stats().journal_reads;
+    for i in 0..300u32 {
+        let h = s.head(b"b", format!("k{i}").as_bytes()).unwrap().unwrap();
+        assert_eq!(h.metadata, i.to_le_bytes());
+        assert_eq!(h.value_size, 500);
+    }
+    assert!(s.head(b"b", b"missing").unwrap().is_none());
+    assert_eq!(
+        s.stats().journal_reads,
+        before,
+        "HEAD must not read the journal"
+    );
+    for i in 0..300u32 {
+        s.get(b"b", format!("k{i}").as_bytes()).unwrap().unwrap();
+    }
+    assert_eq!(
+        s.stats().journal_reads,
+        before + 300,
+        "GET reads the journal exactly once"
+    );
+}
+
+#[test]
+fn deletes_hide_objects_and_survive_reopen_and_merges() {
+    let d = tempfile::tempdir().unwrap();
+    let s = open(d.path());
+    for i in 0..2000u32 {
+        s.put(b"b", format!("k{i}").as_bytes(), b"v", b"", &[])
+            .unwrap();
+    }
+    s.flush().unwrap();
+    for i in (0..2000u32).step_by(2) {
+        s.delete(b"b", format!("k{i}").as_bytes(), b"", &[])
+            .unwrap();
+    }
+    s.close().unwrap();
+    let s = open(d.path());
+    for i in 0..2000u32 {
+        let present = s.get(b"b", format!("k{i}").as_bytes()).unwrap().is_some();
+        assert_eq!(present, i % 2 == 1, "k{i}");
+    }
+}
+
+#[test]
+fn sync_writers_share_fsyncs_group_commit() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        sync_on_write: SyncMode::Sync,
+        ..Config::default()
+    };
+    let s = Arc::new(Store::open(d.path(), cfg).unwrap());
+    let threads: Vec<_> = (0..32)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    s.put(b"b", format!("{t}-{i}").as_bytes(), &[1u8; 512], b"", &[])
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(st.puts, 1280);
+    assert!(
+        st.journal_fsyncs * 2 <= st.puts,
+        "32 concurrent sync writers should share fsyncs: {} fsyncs for {} puts",
+        st.journal_fsyncs,
+        st.puts
+    );
+}
+
+#[test]
+fn a_single_sync_writer_fsyncs_every_write() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        sync_on_write: SyncMode::Sync,
+        ..Config::default()
+    };
+    let s = Store::open(d.path(), cfg).unwrap();
+    for i in 0..50u32 {
+        s.put(b"b", &i.to_le_bytes(), b"v", b"", &[]).unwrap();
+    }
+    assert_eq!(s.stats().journal_fsyncs, 50);
+}
+
+#[test]
+fn stats_account_for_bytes_written() {
+    let d = tempfile::tempdir().unwrap();
+    let s = open(d.path());
+    for i in 0..1000u32 {
+        s.put(b"b", format!("k{i}").as_bytes(), &[9u8; 1000], b"", &[])
+            .unwrap();
+    }
+    s.flush().unwrap();
+    let st = s.stats();
+    assert!(st.user_bytes_written >= 1000 * 1000);
+    assert!(st.journal_bytes_written > st.user_bytes_written);
+    assert!(st.ledger_bytes_written > 0 && st.ledger_bytes_written < st.user_bytes_written / 5);
+    assert!(st.journal_disk_bytes >= st.user_bytes_written);
+    assert_eq!(st.persisted_sqn, st.last_sqn);
+}

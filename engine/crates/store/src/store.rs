@@ -77,6 +77,8 @@ pub struct Stats {
     /// Ledger files over their level targets.
     pub ledger_merge_backlog: u64,
     pub journal_fsyncs: u64,
+    /// Time spent in journal fdatasync calls.
+    pub journal_fsync_seconds: f64,
     pub persisted_sqn: Sqn,
     pub last_sqn: Sqn,
     pub journal_segments: u64,
@@ -97,6 +99,7 @@ struct Counters {
     stall_nanos: AtomicU64,
     max_stall_nanos: AtomicU64,
     fsyncs: AtomicU64,
+    fsync_nanos: AtomicU64,
 }
 
 struct MemState {
@@ -120,8 +123,14 @@ struct ManifestState {
 }
 
 struct SyncState {
+    /// Every SQN up to this one is on disk.
     synced: Sqn,
-    leader: bool,
+    /// Highest SQN a writer is waiting for.
+    requested: Sqn,
+    shutdown: bool,
+    /// An fdatasync failed: the page cache may have dropped the data, so no later sync can be
+    /// trusted to cover it. Writers get this error until the store is reopened.
+    failed: Option<String>,
 }
 
 struct Bg {
@@ -146,6 +155,7 @@ struct Inner {
     manifest: Mutex<ManifestState>,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
+    syncer_cv: Condvar,
     bg: Mutex<Bg>,
     bg_cv: Condvar,
     done_cv: Condvar,
@@ -158,6 +168,7 @@ struct Inner {
 pub struct Store {
     inner: Arc<Inner>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    syncer: Mutex<Option<JoinHandle<()>>>,
     lock: Mutex<Option<File>>,
 }
 
@@ -412,9 +423,12 @@ impl Store {
             }),
             sync: Mutex::new(SyncState {
                 synced: max_sqn,
-                leader: false,
+                requested: max_sqn,
+                shutdown: false,
+                failed: None,
             }),
             sync_cv: Condvar::new(),
+            syncer_cv: Condvar::new(),
             bg: Mutex::new(Bg {
                 shutdown: false,
                 abandon: false,
@@ -433,9 +447,21 @@ impl Store {
             .name("levee-ledger".into())
             .spawn(move || worker_inner.worker())
             .ctx(|| "starting the ledger worker".to_string())?;
+        let syncer = if inner.cfg.sync_on_write == SyncMode::Sync {
+            let syncer_inner = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("levee-journal-sync".into())
+                    .spawn(move || syncer_inner.syncer())
+                    .ctx(|| "starting the journal syncer".to_string())?,
+            )
+        } else {
+            None
+        };
         Ok(Store {
             inner,
             worker: Mutex::new(Some(worker)),
+            syncer: Mutex::new(syncer),
             lock: Mutex::new(Some(lock)),
         })
     }
@@ -555,6 +581,7 @@ impl Store {
             if let Some(h) = self.worker.lock().take() {
                 let _ = h.join();
             }
+            self.stop_syncer();
             if let Some(e) = &i.bg.lock().error {
                 return Err(Error::Poisoned(e.clone()));
             }
@@ -585,7 +612,20 @@ impl Store {
         if let Some(h) = self.worker.lock().take() {
             let _ = h.join();
         }
+        self.stop_syncer();
         self.lock.lock().take();
+    }
+
+    fn stop_syncer(&self) {
+        {
+            let mut s = self.inner.sync.lock();
+            s.shutdown = true;
+            self.inner.syncer_cv.notify_all();
+            self.inner.sync_cv.notify_all();
+        }
+        if let Some(h) = self.syncer.lock().take() {
+            let _ = h.join();
+        }
     }
 
     /// Engine counters and sizes.
@@ -611,6 +651,7 @@ impl Store {
             max_write_stall_seconds: l(&c.max_stall_nanos) as f64 / 1e9,
             ledger_merge_backlog: merge_backlog(&version.metas(), &i.cfg),
             journal_fsyncs: l(&c.fsyncs),
+            journal_fsync_seconds: l(&c.fsync_nanos) as f64 / 1e9,
             persisted_sqn: i.persisted_sqn.load(Ordering::Acquire),
             last_sqn: i.last_sqn.load(Ordering::Acquire),
             journal_segments: i.journal.segments().len() as u64,
@@ -794,33 +835,65 @@ impl Inner {
         Ok(())
     }
 
-    /// Group commit: the first waiter becomes the leader and fdatasyncs everything appended so far;
-    /// the others wait for it and return if it covered their SQN.
+    /// Group commit: writers register the SQN they need and wait; the syncer thread fdatasyncs
+    /// everything appended so far and wakes all writers it covered. While one fdatasync runs, the
+    /// next group gathers.
     fn wait_durable(&self, sqn: Sqn) -> Result<()> {
         let mut s = self.sync.lock();
         loop {
             if s.synced >= sqn {
                 return Ok(());
             }
-            if s.leader {
-                self.sync_cv.wait(&mut s);
-                continue;
+            if let Some(e) = &s.failed {
+                return Err(Error::Poisoned(format!("journal fdatasync failed: {e}")));
             }
-            s.leader = true;
+            if s.shutdown {
+                return Err(Error::Closed);
+            }
+            if s.requested < sqn {
+                s.requested = sqn;
+                self.syncer_cv.notify_one();
+            }
+            self.sync_cv.wait(&mut s);
+        }
+    }
+
+    fn syncer(self: Arc<Self>) {
+        let mut s = self.sync.lock();
+        loop {
+            while s.requested <= s.synced && !s.shutdown {
+                self.syncer_cv.wait(&mut s);
+            }
+            if s.shutdown {
+                return;
+            }
             drop(s);
             let (file, target) = {
                 let w = self.write.lock();
                 (w.journal.file.clone(), w.next_sqn - 1)
             };
+            let t = Instant::now();
             let r = JournalWriter::sync(&file);
+            self.c
+                .fsync_nanos
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
             s = self.sync.lock();
-            s.leader = false;
-            if r.is_ok() {
-                s.synced = s.synced.max(target);
+            match r {
+                Ok(()) => s.synced = s.synced.max(target),
+                Err(e) => {
+                    log::error!("{e}");
+                    s.failed = Some(e.to_string());
+                    self.bg
+                        .lock()
+                        .error
+                        .get_or_insert_with(|| format!("journal fdatasync failed: {e}"));
+                }
             }
             self.sync_cv.notify_all();
-            r?;
+            if s.failed.is_some() {
+                return;
+            }
         }
     }
 

@@ -57,6 +57,24 @@ pub struct Config {
     pub max_value_bytes: usize,
     /// Largest accepted user metadata (version vectors live here).
     pub max_metadata_bytes: usize,
+    /// Lifetime of snapshots taken for index queries.
+    pub snapshot_query_lifetime: std::time::Duration,
+    /// Lifetime of snapshots taken for folds (AAE rebuilds, handoff, object folds).
+    pub snapshot_fold_lifetime: std::time::Duration,
+    /// AAE tree segments (leaves); 0 disables the tree. Default 1,048,576 (4 MiB of memory).
+    pub aae_segments: u32,
+    /// AAE leaves per branch.
+    pub aae_branch_width: u32,
+    /// Journal compaction run choice.
+    pub compaction: crate::compaction::CompactionThresholds,
+    /// Records sampled per segment to score its live fraction.
+    pub compaction_sample_records: usize,
+    /// Read+write budget of a compaction run (bytes per second); `None`: unthrottled.
+    pub compaction_bytes_per_sec: Option<u64>,
+    /// Scheduled compaction: allowed UTC hours `[start, end)` (may wrap midnight; equal = all day).
+    pub compaction_window: (u32, u32),
+    /// Scheduled compaction runs per day; 0 disables the scheduler (explicit `compact_journal` only).
+    pub compaction_runs_per_day: u32,
 }
 
 /// Longest accepted key.
@@ -83,6 +101,15 @@ impl Default for Config {
             level_multiplier: 10,
             max_value_bytes: 50 << 20,
             max_metadata_bytes: 1 << 20,
+            snapshot_query_lifetime: std::time::Duration::from_secs(30 * 60),
+            snapshot_fold_lifetime: std::time::Duration::from_secs(24 * 3600),
+            aae_segments: crate::aae::DEFAULT_SEGMENTS,
+            aae_branch_width: crate::aae::DEFAULT_BRANCH_WIDTH,
+            compaction: crate::compaction::CompactionThresholds::default(),
+            compaction_sample_records: 192,
+            compaction_bytes_per_sec: None,
+            compaction_window: (0, 0),
+            compaction_runs_per_day: 0,
         }
     }
 }
@@ -99,6 +126,8 @@ impl Config {
             level_base_bytes: 64 << 10,
             level_multiplier: 4,
             l0_stall_files: 8,
+            aae_segments: 4096,
+            aae_branch_width: 64,
             ..Config::default()
         }
     }
@@ -125,6 +154,24 @@ impl Config {
         }
         if self.level_multiplier < 2 {
             return bad("level_multiplier must be at least 2");
+        }
+        if self.aae_segments > 0
+            && (self.aae_branch_width == 0 || self.aae_segments % self.aae_branch_width != 0)
+        {
+            return bad("aae_segments must be a multiple of aae_branch_width (>= 1)");
+        }
+        let c = &self.compaction;
+        if !(0.0..=100.0).contains(&c.single_file)
+            || !(0.0..=100.0).contains(&c.run)
+            || c.single_file > c.run
+        {
+            return bad("compaction thresholds must satisfy 0 <= single_file <= run <= 100");
+        }
+        if c.max_run == 0 || self.compaction_sample_records == 0 {
+            return bad("compaction max_run and sample records must be at least 1");
+        }
+        if self.compaction_window.0 > 23 || self.compaction_window.1 > 23 {
+            return bad("compaction_window hours must be 0-23");
         }
         if self.max_value_bytes > (1 << 30) {
             return bad("max_value_bytes must be at most 1 GiB");

@@ -49,6 +49,17 @@ pub enum Error {
     /// A background task failed; the store refuses writes until reopened.
     #[error("store is unusable after a background failure (reopen it): {0}")]
     Poisoned(String),
+    /// A query is malformed: invalid regex, mixed term types, a continuation from another query.
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
+    /// The snapshot outlived its lifetime and its files were released.
+    #[error(
+        "snapshot expired after {lifetime_secs} s (Config::snapshot_*_lifetime); take a new one"
+    )]
+    SnapshotExpired { lifetime_secs: u64 },
+    /// The operation is already running (e.g. a second AAE rebuild or journal compaction).
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 impl Error {

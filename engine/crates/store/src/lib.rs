@@ -17,7 +17,9 @@
 //!
 //! On-disk formats, fsync order and recovery rules are documented in `docs/engine.md`.
 
+mod aae;
 mod codec;
+mod compaction;
 mod config;
 mod error;
 mod fsutil;
@@ -25,9 +27,19 @@ mod journal;
 mod keys;
 mod ledger;
 mod manifest;
+mod snapshot;
 mod store;
+mod view;
 
+pub use aae::{leaf_hash as aae_leaf_hash, segment_of as aae_segment, AaeTree};
+pub use compaction::{
+    choose as choose_compaction_run, day_schedule, hour_allowed, CompactionThresholds,
+};
 pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
 pub use error::{Error, Result};
 pub use keys::{IndexChange, IndexOp, Term};
-pub use store::{Head, Object, Sqn, Stats, Store, MAX_INDEX_CHANGE_BYTES};
+pub use snapshot::{
+    FoldOrder, FoldedHead, FoldedObject, HeadFold, HeadFoldOptions, IndexPage, IndexQuery,
+    ObjectFold, Snapshot, SnapshotKind,
+};
+pub use store::{CompactionReport, Head, Object, Sqn, Stats, Store, MAX_INDEX_CHANGE_BYTES};

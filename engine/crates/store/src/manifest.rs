@@ -133,6 +133,21 @@ impl Manifest {
     }
 }
 
+/// The lowest `persisted_sqn` among the readable manifests in `dir`: any of them could be the one a
+/// later open falls back to, so no journal record above this may be dropped.
+pub(crate) fn persisted_floor(dir: &Path) -> Result<u64> {
+    let mut floor: Option<u64> = None;
+    for g in list(dir)? {
+        if let Some(m) = std::fs::read(manifest_path(dir, g))
+            .ok()
+            .and_then(|b| Manifest::decode(&b).ok())
+        {
+            floor = Some(floor.map_or(m.persisted_sqn, |f| f.min(m.persisted_sqn)));
+        }
+    }
+    Ok(floor.unwrap_or(0))
+}
+
 /// Generations of the manifests present in `dir`, newest first.
 pub(crate) fn list(dir: &Path) -> Result<Vec<u64>> {
     let mut gens = Vec::new();

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::aae::{self, AaeState, AaeTree};
 use crate::config::{Config, SyncMode, NUM_LEVELS};
 use crate::error::{Error, IoContext, Result};
 use crate::fsutil::{remove_if_exists, sync_dir};
@@ -26,6 +27,10 @@ use crate::ledger::sst::{sst_path, Table, TableBuilder};
 use crate::ledger::value::LedgerValue;
 use crate::ledger::{merge_backlog, pick_merge, run_merge, Version};
 use crate::manifest::{self, Manifest, SegmentEntry, KEEP};
+use crate::snapshot::{
+    FoldedHead, HeadFoldOptions, IndexPage, IndexQuery, SnapInner, Snapshot, SnapshotKind,
+};
+use crate::view::View;
 
 /// Sequence number: one per write, shared by the object and its index entries.
 pub type Sqn = u64;
@@ -49,6 +54,20 @@ pub struct Head {
     /// CRC32C of the value.
     pub value_hash: u32,
     pub metadata: Vec<u8>,
+}
+
+/// What one journal compaction did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactionReport {
+    /// Live percentage of each candidate segment, in journal order.
+    pub scores: Vec<f64>,
+    /// Ids of the segments rewritten (empty when no run was worth it).
+    pub compacted_segments: Vec<u64>,
+    pub records_kept: u64,
+    pub records_dropped: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub seconds: f64,
 }
 
 /// Engine counters (the node exports them as Prometheus metrics).
@@ -79,6 +98,15 @@ pub struct Stats {
     pub journal_fsyncs: u64,
     /// Time spent in journal fdatasync calls.
     pub journal_fsync_seconds: f64,
+    pub aae_rebuilds: u64,
+    /// Duration of the last AAE rebuild.
+    pub aae_rebuild_seconds: f64,
+    /// Snapshots currently pinning files.
+    pub live_snapshots: u64,
+    pub journal_compaction_runs: u64,
+    pub journal_compaction_reclaimed_bytes: u64,
+    /// 1 while a journal compaction runs.
+    pub journal_compaction_active: u64,
     pub persisted_sqn: Sqn,
     pub last_sqn: Sqn,
     pub journal_segments: u64,
@@ -100,6 +128,11 @@ struct Counters {
     max_stall_nanos: AtomicU64,
     fsyncs: AtomicU64,
     fsync_nanos: AtomicU64,
+    aae_rebuilds: AtomicU64,
+    aae_rebuild_nanos: AtomicU64,
+    compaction_runs: AtomicU64,
+    compaction_reclaimed: AtomicU64,
+    compaction_active: AtomicU64,
 }
 
 struct MemState {
@@ -120,6 +153,8 @@ struct ManifestState {
     /// Tables dropped from the version by manifest generation `g`; their files go once every kept
     /// manifest generation no longer lists them.
     pending: VecDeque<(u64, Vec<Arc<Table>>)>,
+    /// `persisted_sqn` of the manifest generations on disk, oldest first.
+    persisted_history: VecDeque<u64>,
 }
 
 struct SyncState {
@@ -145,8 +180,11 @@ struct Inner {
     dir: PathBuf,
     ledger_dir: PathBuf,
     cfg: Config,
-    journal: Journal,
+    journal: Arc<Journal>,
     write: Mutex<WriteState>,
+    aae: Option<Mutex<AaeState>>,
+    compaction_lock: Mutex<()>,
+    snapshots: Mutex<Vec<std::sync::Weak<SnapInner>>>,
     mem: RwLock<MemState>,
     version: RwLock<Arc<Version>>,
     persisted_sqn: AtomicU64,
@@ -169,6 +207,7 @@ pub struct Store {
     inner: Arc<Inner>,
     worker: Mutex<Option<JoinHandle<()>>>,
     syncer: Mutex<Option<JoinHandle<()>>>,
+    scheduler: Mutex<Option<JoinHandle<()>>>,
     lock: Mutex<Option<File>>,
 }
 
@@ -198,34 +237,70 @@ fn list_ids(dir: &Path, ext: &str) -> Result<Vec<u64>> {
     Ok(ids)
 }
 
-/// Apply one write's ledger changes to a memtable.
-fn apply(mem: &Memtable, view: &RecordView<'_>, value_hash: u32) {
-    let tombstone = view.kind == Kind::Delete;
-    mem.insert(
-        view.ledger_key.to_vec(),
-        LedgerValue {
+/// The ledger side of one write.
+pub(crate) struct Applied<'a> {
+    pub sqn: Sqn,
+    pub kind: Kind,
+    pub timestamp: u64,
+    pub ledger_key: &'a [u8],
+    pub metadata: &'a [u8],
+    pub changes: &'a [IndexChange],
+    pub value_len: usize,
+    pub value_hash: u32,
+}
+
+impl<'a> Applied<'a> {
+    fn from_record(view: &'a RecordView<'a>) -> Self {
+        Applied {
             sqn: view.sqn,
-            tombstone,
-            value_size: view.value.len() as u32,
-            value_hash,
-            metadata: view.metadata.to_vec(),
+            kind: view.kind,
+            timestamp: view.timestamp,
+            ledger_key: view.ledger_key,
+            metadata: view.metadata,
+            changes: &view.changes,
+            value_len: view.value.len(),
+            value_hash: crc32c::crc32c(view.value),
+        }
+    }
+}
+
+/// µs since the Unix epoch.
+pub(crate) fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Apply one write's ledger changes (the object and its index entries) to a memtable.
+fn apply(mem: &Memtable, w: &Applied<'_>) {
+    mem.insert(
+        w.ledger_key.to_vec(),
+        LedgerValue {
+            sqn: w.sqn,
+            tombstone: w.kind == Kind::Delete,
+            value_size: w.value_len as u32,
+            value_hash: w.value_hash,
+            last_modified: w.timestamp,
+            metadata: w.metadata.to_vec(),
         },
     );
-    if let Some((bucket, key)) = keys::split_object_key(view.ledger_key) {
-        for c in &view.changes {
+    if let Some((bucket, key)) = keys::split_object_key(w.ledger_key) {
+        for c in w.changes {
             mem.insert(
                 keys::index_key(bucket, &c.field, &c.term, key),
                 LedgerValue {
-                    sqn: view.sqn,
+                    sqn: w.sqn,
                     tombstone: c.op == IndexOp::Remove,
                     value_size: 0,
                     value_hash: 0,
+                    last_modified: w.timestamp,
                     metadata: Vec::new(),
                 },
             );
         }
     }
-    mem.note_sqn(view.sqn);
+    mem.note_sqn(w.sqn);
 }
 
 impl Store {
@@ -291,9 +366,38 @@ impl Store {
         };
         let mut max_sqn = persisted;
         let mut segments: Vec<Arc<Segment>> = Vec::new();
-        let ids = list_ids(&journal_dir, ".seg")?;
+        // Compaction outputs the manifest lists complete their rename; unlisted ones are leftovers
+        // of an interrupted compaction, as are unlisted segments older than the newest listed one
+        // (replaced by a compaction whose old files were not yet deleted).
+        let listed: std::collections::HashSet<u64> = m.segments.iter().map(|s| s.id).collect();
+        let max_listed = listed.iter().copied().max();
+        for id in list_ids(&journal_dir, ".cseg")? {
+            let cseg = segment::cseg_path(&journal_dir, id);
+            if listed.contains(&id) {
+                std::fs::rename(&cseg, segment::seg_path(&journal_dir, id))
+                    .ctx(|| format!("renaming {}", cseg.display()))?;
+            } else {
+                log::info!(
+                    "removing {} left by an interrupted journal compaction",
+                    cseg.display()
+                );
+                remove_if_exists(&cseg)?;
+                remove_if_exists(&segment::idx_path(&journal_dir, id))?;
+            }
+        }
+        sync_dir(&journal_dir)?;
+        let mut ids = Vec::new();
+        for id in list_ids(&journal_dir, ".seg")? {
+            if !listed.contains(&id) && max_listed.is_some_and(|m| id < m) {
+                log::info!("removing journal segment {id} replaced by compaction");
+                remove_if_exists(&segment::seg_path(&journal_dir, id))?;
+                remove_if_exists(&segment::idx_path(&journal_dir, id))?;
+            } else {
+                ids.push(id);
+            }
+        }
         let replay = |mem: &mut MemState, view: &RecordView<'_>| {
-            apply(&mem.active, view, crc32c::crc32c(view.value));
+            apply(&mem.active, &Applied::from_record(view));
             if mem.active.bytes() >= cfg.memtable_bytes {
                 let full = std::mem::take(&mut mem.active);
                 mem.immutables.push_back(full);
@@ -327,8 +431,7 @@ impl Store {
                 let mut start = 0u64;
                 loop {
                     let before = entries.len();
-                    let prev_segment_last = segments.last().and_then(|s| s.last_sqn()).unwrap_or(0);
-                    let last = entries.last().map(|e| e.sqn).unwrap_or(prev_segment_last);
+                    let last = entries.last().map(|e| e.sqn).unwrap_or(0);
                     let end = segment::scan(&path, start, last, |e, view| {
                         entries.push(e);
                         if view.sqn > persisted {
@@ -390,11 +493,13 @@ impl Store {
                 remove_if_exists(&segment::idx_path(&journal_dir, id))?;
             }
         }
+        // Compaction outputs carry new ids but old SQNs: order by SQN.
+        segments.sort_by_key(|s| s.first_sqn());
         let next_segment_id = ids.last().map(|i| i + 1).unwrap_or(1);
         let (active_seg, file) = Segment::create(&journal_dir, next_segment_id)?;
         segments.push(active_seg.clone());
         sync_dir(&journal_dir)?;
-        let journal = Journal::new(journal_dir, segments);
+        let journal = Arc::new(Journal::new(journal_dir, segments));
         let writer = JournalWriter {
             seg: active_seg,
             file: Arc::new(file),
@@ -402,10 +507,15 @@ impl Store {
             records: 0,
         };
 
+        let persisted_floor = manifest::persisted_floor(&dir)?;
         let inner = Arc::new(Inner {
             dir,
             ledger_dir,
             journal,
+            aae: (cfg.aae_segments > 0)
+                .then(|| Mutex::new(AaeState::new(cfg.aae_segments, cfg.aae_branch_width))),
+            snapshots: Mutex::new(Vec::new()),
+            compaction_lock: Mutex::new(()),
             write: Mutex::new(WriteState {
                 journal: writer,
                 next_sqn: max_sqn + 1,
@@ -420,6 +530,7 @@ impl Store {
             manifest: Mutex::new(ManifestState {
                 generation: newest_gen.max(m.generation),
                 pending: VecDeque::new(),
+                persisted_history: VecDeque::from([persisted_floor]),
             }),
             sync: Mutex::new(SyncState {
                 synced: max_sqn,
@@ -442,11 +553,25 @@ impl Store {
             cfg,
         });
         inner.write_manifest(Vec::new())?;
+        if inner.aae.is_some() {
+            inner.rebuild_aae(false)?;
+        }
         let worker_inner = inner.clone();
         let worker = std::thread::Builder::new()
             .name("levee-ledger".into())
             .spawn(move || worker_inner.worker())
             .ctx(|| "starting the ledger worker".to_string())?;
+        let scheduler = if inner.cfg.compaction_runs_per_day > 0 {
+            let sched_inner = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("levee-journal-compaction".into())
+                    .spawn(move || sched_inner.scheduler())
+                    .ctx(|| "starting the compaction scheduler".to_string())?,
+            )
+        } else {
+            None
+        };
         let syncer = if inner.cfg.sync_on_write == SyncMode::Sync {
             let syncer_inner = inner.clone();
             Some(
@@ -462,6 +587,7 @@ impl Store {
             inner,
             worker: Mutex::new(Some(worker)),
             syncer: Mutex::new(syncer),
+            scheduler: Mutex::new(scheduler),
             lock: Mutex::new(Some(lock)),
         })
     }
@@ -570,6 +696,11 @@ impl Store {
         if i.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // Stop scheduled compaction first: a run in progress needs the write lock to allocate ids.
+        i.bg_cv.notify_all();
+        if let Some(h) = self.scheduler.lock().take() {
+            let _ = h.join();
+        }
         let result = (|| -> Result<()> {
             let w = i.write.lock();
             i.rotate_memtable();
@@ -602,6 +733,10 @@ impl Store {
     pub fn simulate_crash(self) {
         let i = &self.inner;
         i.closed.store(true, Ordering::Release);
+        i.bg_cv.notify_all();
+        if let Some(h) = self.scheduler.lock().take() {
+            let _ = h.join();
+        }
         let _w = i.write.lock();
         {
             let mut bg = i.bg.lock();
@@ -628,6 +763,62 @@ impl Store {
         }
     }
 
+    /// A point-in-time view for queries and folds; writes continue meanwhile.
+    pub fn snapshot(&self, kind: SnapshotKind) -> Result<Snapshot> {
+        self.inner.snapshot(kind)
+    }
+
+    /// Secondary-index range query on a fresh query snapshot.
+    pub fn index_query(&self, q: &IndexQuery) -> Result<IndexPage> {
+        self.inner.snapshot(SnapshotKind::Query)?.index_query(q)
+    }
+
+    /// Score the closed journal segments, choose a run with `Config::compaction` thresholds and
+    /// rewrite its live records (original SQNs) into new segments. Never touches the ledger.
+    /// `Error::Busy` if a compaction is already running.
+    pub fn compact_journal(&self) -> Result<CompactionReport> {
+        self.inner.check_open()?;
+        self.inner.compact_journal()
+    }
+
+    /// A copy of the AAE tree.
+    pub fn aae_tree(&self) -> Result<AaeTree> {
+        self.inner.check_open()?;
+        let aae = self
+            .inner
+            .aae
+            .as_ref()
+            .ok_or_else(|| Error::InvalidConfig("AAE is disabled (aae_segments = 0)".into()))?;
+        let a = aae.lock();
+        Ok(AaeTree::new(a.leaves.clone(), a.branch_width))
+    }
+
+    /// (bucket, key, leaf hash) of every live object in the given AAE segments.
+    pub fn aae_keys_in_segments(&self, segments: &[u32]) -> Result<Vec<(Vec<u8>, Vec<u8>, u32)>> {
+        let count = self.aae_tree()?.segment_count();
+        let snap = self.inner.snapshot(SnapshotKind::Fold)?;
+        let opts = HeadFoldOptions {
+            segments: Some(segments.to_vec()),
+            segment_count: count,
+            ..HeadFoldOptions::default()
+        };
+        snap.fold_heads(&opts)?
+            .map(|h| {
+                h.map(|FoldedHead { bucket, key, head }| {
+                    let hash = aae::leaf_hash(&bucket, &key, &head.metadata);
+                    (bucket, key, hash)
+                })
+            })
+            .collect()
+    }
+
+    /// Rebuild the AAE tree from a fold of heads (optionally checking each object's journal record
+    /// exists) without pausing writes. Returns how long it took.
+    pub fn rebuild_aae(&self, journal_check: bool) -> Result<Duration> {
+        self.inner.check_open()?;
+        self.inner.rebuild_aae(journal_check)
+    }
+
     /// Engine counters and sizes.
     pub fn stats(&self) -> Stats {
         let i = &self.inner;
@@ -652,6 +843,12 @@ impl Store {
             ledger_merge_backlog: merge_backlog(&version.metas(), &i.cfg),
             journal_fsyncs: l(&c.fsyncs),
             journal_fsync_seconds: l(&c.fsync_nanos) as f64 / 1e9,
+            aae_rebuilds: l(&c.aae_rebuilds),
+            aae_rebuild_seconds: l(&c.aae_rebuild_nanos) as f64 / 1e9,
+            live_snapshots: i.reap_snapshots() as u64,
+            journal_compaction_runs: l(&c.compaction_runs),
+            journal_compaction_reclaimed_bytes: l(&c.compaction_reclaimed),
+            journal_compaction_active: l(&c.compaction_active),
             persisted_sqn: i.persisted_sqn.load(Ordering::Acquire),
             last_sqn: i.last_sqn.load(Ordering::Acquire),
             journal_segments: i.journal.segments().len() as u64,
@@ -674,6 +871,231 @@ impl Drop for Store {
 }
 
 impl Inner {
+    /// No journal record at or below this SQN is needed by any recovery path: every manifest
+    /// generation a later open might use has persisted it in the ledger.
+    fn protected_sqn(&self) -> Sqn {
+        let floor = self
+            .manifest
+            .lock()
+            .persisted_history
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0);
+        floor.min(self.persisted_sqn.load(Ordering::Acquire))
+    }
+
+    /// Whether the ledger still points at this record (or it may still be needed for replay).
+    fn record_is_live(&self, sqn: Sqn, ledger_key: &[u8], protected: Sqn) -> Result<bool> {
+        Ok(sqn > protected || self.lookup(ledger_key)?.is_some_and(|v| v.sqn == sqn))
+    }
+
+    /// Percentage of a segment's bytes still live, from a contiguous sample of its records.
+    fn score_segment(&self, seg: &Segment, protected: Sqn, seed: u64) -> Result<f64> {
+        let entries = seg.entries();
+        if entries.is_empty() {
+            return Ok(100.0);
+        }
+        let n = self.cfg.compaction_sample_records.min(entries.len());
+        let start = (seed as usize) % (entries.len() - n + 1);
+        let (mut live, mut total) = (0u64, 0u64);
+        for e in &entries[start..start + n] {
+            let raw = seg.read_raw(*e)?;
+            let rec = record::decode(&raw)?;
+            total += e.len as u64;
+            if self.record_is_live(rec.sqn, rec.ledger_key, protected)? {
+                live += e.len as u64;
+            }
+        }
+        Ok(live as f64 * 100.0 / total.max(1) as f64)
+    }
+
+    fn compact_journal(&self) -> Result<CompactionReport> {
+        let Some(_running) = self.compaction_lock.try_lock() else {
+            return Err(Error::Busy(
+                "a journal compaction is already running".into(),
+            ));
+        };
+        self.c.compaction_active.store(1, Ordering::Relaxed);
+        let result = self.compact_journal_locked();
+        self.c.compaction_active.store(0, Ordering::Relaxed);
+        result
+    }
+
+    fn compact_journal_locked(&self) -> Result<CompactionReport> {
+        let started = Instant::now();
+        let protected = self.protected_sqn();
+        let candidates: Vec<Arc<Segment>> = self
+            .journal
+            .segments()
+            .into_iter()
+            .take_while(|s| s.is_closed() && s.last_sqn().is_some_and(|l| l <= protected))
+            .collect();
+        let seed = now_micros();
+        let scores = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.score_segment(s, protected, seed.wrapping_add(i as u64 * 7919)))
+            .collect::<Result<Vec<f64>>>()?;
+        let mut report = CompactionReport {
+            scores: scores.clone(),
+            ..CompactionReport::default()
+        };
+        let Some((at, len)) = crate::compaction::choose(&scores, &self.cfg.compaction) else {
+            return Ok(report);
+        };
+        let run = &candidates[at..at + len];
+        report.compacted_segments = run.iter().map(|s| s.id).collect();
+        report.bytes_before = run.iter().map(|s| s.disk_bytes()).sum();
+        let dir = self.journal.dir.clone();
+        let mut outputs: Vec<Arc<Segment>> = Vec::new();
+        let mut writer: Option<JournalWriter> = None;
+        let new_output = || -> Result<JournalWriter> {
+            let id = {
+                let mut w = self.write.lock();
+                w.next_segment_id += 1;
+                w.next_segment_id - 1
+            };
+            let (seg, file) = Segment::create_output(&dir, id)?;
+            Ok(JournalWriter {
+                seg,
+                file: Arc::new(file),
+                size: 0,
+                records: 0,
+            })
+        };
+        let mut moved = 0u64;
+        let rewrite = (|| -> Result<()> {
+            for seg in run {
+                for e in seg.entries() {
+                    if self.closed.load(Ordering::Acquire) {
+                        return Err(Error::Closed);
+                    }
+                    let raw = seg.read_raw(e)?;
+                    let rec = record::decode(&raw).map_err(|err| {
+                        Error::Corruption(format!(
+                            "compacting {} (sqn {}): {err}",
+                            seg.path.display(),
+                            e.sqn
+                        ))
+                    })?;
+                    if !self.record_is_live(rec.sqn, rec.ledger_key, protected)? {
+                        report.records_dropped += 1;
+                        continue;
+                    }
+                    if writer.as_ref().is_none_or(|w| {
+                        w.full(
+                            self.cfg.journal_segment_bytes,
+                            self.cfg.journal_segment_records,
+                        )
+                    }) {
+                        if let Some(w) = writer.take() {
+                            JournalWriter::sync(&w.file)?;
+                            w.seg.close(&dir)?;
+                        }
+                        let w = new_output()?;
+                        outputs.push(w.seg.clone());
+                        writer = Some(w);
+                    }
+                    writer.as_mut().unwrap().append(rec.sqn, &raw)?;
+                    self.c
+                        .journal_bytes
+                        .fetch_add(raw.len() as u64, Ordering::Relaxed);
+                    report.records_kept += 1;
+                    moved += 2 * raw.len() as u64;
+                    if let Some(rate) = self.cfg.compaction_bytes_per_sec.filter(|r| *r > 0) {
+                        let due = Duration::from_secs_f64(moved as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                }
+            }
+            if let Some(w) = writer.take() {
+                JournalWriter::sync(&w.file)?;
+                w.seg.close(&dir)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = rewrite {
+            for o in &outputs {
+                remove_if_exists(&segment::cseg_path(&dir, o.id))?;
+                remove_if_exists(&segment::idx_path(&dir, o.id))?;
+            }
+            return Err(e);
+        }
+        report.bytes_after = outputs.iter().map(|s| s.disk_bytes()).sum();
+        self.journal.replace(run, outputs.clone());
+        self.write_manifest(Vec::new())?;
+        for o in &outputs {
+            std::fs::rename(
+                segment::cseg_path(&dir, o.id),
+                segment::seg_path(&dir, o.id),
+            )
+            .ctx(|| format!("renaming compaction output {}", o.id))?;
+        }
+        sync_dir(&dir)?;
+        for s in run {
+            s.mark_obsolete();
+        }
+        report.seconds = started.elapsed().as_secs_f64();
+        self.c.compaction_runs.fetch_add(1, Ordering::Relaxed);
+        self.c.compaction_reclaimed.fetch_add(
+            report.bytes_before.saturating_sub(report.bytes_after),
+            Ordering::Relaxed,
+        );
+        log::info!(
+            "journal compaction: segments {:?} ({} bytes) -> {} bytes, {} records kept, {} dropped, {:.2} s",
+            report.compacted_segments,
+            report.bytes_before,
+            report.bytes_after,
+            report.records_kept,
+            report.records_dropped,
+            report.seconds
+        );
+        Ok(report)
+    }
+
+    /// Run `compact_journal` at the scheduled slots until shutdown.
+    fn scheduler(self: Arc<Self>) {
+        let (start_hour, end_hour) = self.cfg.compaction_window;
+        let seed = crc32c::crc32c(self.dir.to_string_lossy().as_bytes()) as u64;
+        loop {
+            let now = now_micros() / 1_000_000;
+            let day = now - now % 86_400;
+            let runs = self.cfg.compaction_runs_per_day;
+            let next = crate::compaction::day_schedule(day, start_hour, end_hour, runs, seed)
+                .into_iter()
+                .chain(crate::compaction::day_schedule(
+                    day + 86_400,
+                    start_hour,
+                    end_hour,
+                    runs,
+                    seed,
+                ))
+                .find(|&t| t > now);
+            let Some(next) = next else { return };
+            {
+                let mut bg = self.bg.lock();
+                loop {
+                    if bg.shutdown || self.closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let now = now_micros() / 1_000_000;
+                    if now >= next {
+                        break;
+                    }
+                    self.bg_cv
+                        .wait_for(&mut bg, Duration::from_secs((next - now).min(60)));
+                }
+            }
+            match self.compact_journal() {
+                Ok(_) | Err(Error::Busy(_)) | Err(Error::Closed) => {}
+                Err(e) => log::error!("scheduled journal compaction failed: {e}"),
+            }
+        }
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -731,7 +1153,10 @@ impl Inner {
             let sqn = w.next_sqn;
             let mut buf = std::mem::take(&mut w.buf);
             buf.clear();
-            record::encode(&mut buf, sqn, kind, &lk, metadata, changes, value);
+            let timestamp = now_micros();
+            record::encode(
+                &mut buf, sqn, kind, timestamp, &lk, metadata, changes, value,
+            );
             let appended = w.journal.append(sqn, &buf);
             let len = buf.len();
             w.buf = buf;
@@ -742,15 +1167,20 @@ impl Inner {
                 return Err(e);
             }
             w.next_sqn += 1;
-            let view = RecordView {
+            let applied = Applied {
                 sqn,
                 kind,
+                timestamp,
                 ledger_key: &lk,
                 metadata,
-                changes: changes.to_vec(),
-                value,
+                changes,
+                value_len: value.len(),
+                value_hash,
             };
-            apply(&self.mem.read().active, &view, value_hash);
+            if let Some(aae) = &self.aae {
+                self.aae_update(aae, bucket, key, &lk, kind, metadata)?;
+            }
+            apply(&self.mem.read().active, &applied);
             self.last_sqn.store(sqn, Ordering::Release);
             self.c
                 .journal_bytes
@@ -897,22 +1327,154 @@ impl Inner {
         }
     }
 
+    /// XOR the old object's leaf hash out of the AAE tree and the new one in. Caller holds the
+    /// write lock, so the ledger's current value is the one this write replaces.
+    fn aae_update(
+        &self,
+        aae: &Mutex<AaeState>,
+        bucket: &[u8],
+        key: &[u8],
+        lk: &[u8],
+        kind: Kind,
+        metadata: &[u8],
+    ) -> Result<()> {
+        let old = self.lookup(lk)?;
+        let mut delta = 0u32;
+        if let Some(old) = old.filter(|v| !v.tombstone) {
+            delta ^= aae::leaf_hash(bucket, key, &old.metadata);
+        }
+        if kind == Kind::Put {
+            delta ^= aae::leaf_hash(bucket, key, metadata);
+        }
+        if delta != 0 {
+            let mut a = aae.lock();
+            let seg = aae::segment_of(bucket, key, a.segments());
+            a.xor(seg, delta);
+        }
+        Ok(())
+    }
+
+    /// Rebuild the AAE tree from a snapshot fold of heads while writes continue: writes after the
+    /// snapshot are XORed into a delta that is folded into the new tree when it is installed.
+    fn rebuild_aae(&self, journal_check: bool) -> Result<Duration> {
+        let Some(aae) = &self.aae else {
+            return Err(Error::InvalidConfig(
+                "AAE is disabled (aae_segments = 0)".into(),
+            ));
+        };
+        let start = Instant::now();
+        let (view, segments, width) = {
+            let _w = self.write.lock();
+            let mut a = aae.lock();
+            if a.rebuild_delta.is_some() {
+                return Err(Error::Busy("an AAE rebuild is already running".into()));
+            }
+            a.rebuild_delta = Some(vec![0; a.segments() as usize]);
+            (self.view_locked(), a.segments(), a.branch_width)
+        };
+        let built = (|| -> Result<Vec<u32>> {
+            let snap = SnapInner::new(view, self.cfg.snapshot_fold_lifetime);
+            let s = Snapshot {
+                inner: snap,
+                journal: self.journal.clone(),
+                fence: 0,
+            };
+            let opts = HeadFoldOptions {
+                journal_check,
+                ..HeadFoldOptions::default()
+            };
+            let mut leaves = vec![0u32; segments as usize];
+            for h in s.fold_heads(&opts)? {
+                let h = h?;
+                leaves[aae::segment_of(&h.bucket, &h.key, segments) as usize] ^=
+                    aae::leaf_hash(&h.bucket, &h.key, &h.head.metadata);
+            }
+            Ok(leaves)
+        })();
+        let _w = self.write.lock();
+        let mut a = aae.lock();
+        let delta = a.rebuild_delta.take().unwrap_or_default();
+        let mut leaves = built?;
+        for (l, d) in leaves.iter_mut().zip(delta) {
+            *l ^= d;
+        }
+        a.leaves = leaves;
+        a.branch_width = width;
+        let took = start.elapsed();
+        self.c.aae_rebuilds.fetch_add(1, Ordering::Relaxed);
+        self.c
+            .aae_rebuild_nanos
+            .store(took.as_nanos() as u64, Ordering::Relaxed);
+        Ok(took)
+    }
+
+    fn snapshot(&self, kind: SnapshotKind) -> Result<Snapshot> {
+        self.check_open()?;
+        let lifetime = match kind {
+            SnapshotKind::Query => self.cfg.snapshot_query_lifetime,
+            SnapshotKind::Fold => self.cfg.snapshot_fold_lifetime,
+        };
+        let view = self.view();
+        let fence = view.fence;
+        let inner = SnapInner::new(view, lifetime);
+        let mut reg = self.snapshots.lock();
+        reg.retain(|w| w.strong_count() > 0);
+        reg.push(Arc::downgrade(&inner));
+        Ok(Snapshot {
+            inner,
+            journal: self.journal.clone(),
+            fence,
+        })
+    }
+
+    /// Release the files of expired snapshots.
+    fn reap_snapshots(&self) -> usize {
+        let mut reg = self.snapshots.lock();
+        reg.retain(|w| w.upgrade().is_some_and(|s| !s.reap()));
+        reg.len()
+    }
+
     fn lookup(&self, lk: &[u8]) -> Result<Option<LedgerValue>> {
         // Memtables before the version: a flush publishes its table before it retires the memtable.
         let (active, frozen) = {
             let m = self.mem.read();
             (m.active.clone(), m.immutables.clone())
         };
-        if let Some(v) = active.get(lk) {
+        if let Some(v) = active.get(lk, u64::MAX) {
             return Ok(Some(v));
         }
         for m in frozen.iter().rev() {
-            if let Some(v) = m.get(lk) {
+            if let Some(v) = m.get(lk, u64::MAX) {
                 return Ok(Some(v));
             }
         }
         let version = self.version.read().clone();
         version.get(lk)
+    }
+
+    /// A consistent view at the current SQN. Taken under the write lock so the fence matches the
+    /// memtables' contents.
+    pub(crate) fn view(&self) -> View {
+        let _w = self.write.lock();
+        self.view_locked()
+    }
+
+    /// `view` for a caller that holds the write lock.
+    fn view_locked(&self) -> View {
+        let fence = self.last_sqn.load(Ordering::Acquire);
+        let mems = {
+            let m = self.mem.read();
+            std::iter::once(m.active.clone())
+                .chain(m.immutables.iter().rev().cloned())
+                .collect()
+        };
+        let version = self.version.read().clone();
+        View {
+            mems,
+            version,
+            fence,
+            segments: self.journal.segments(),
+        }
     }
 
     /// Write a new manifest generation describing the current state; `obsolete` tables were just
@@ -926,13 +1488,11 @@ impl Inner {
             .journal
             .segments()
             .iter()
-            .filter_map(|s| {
-                Some(SegmentEntry {
-                    id: s.id,
-                    first_sqn: s.first_sqn()?,
-                    last_sqn: s.last_sqn()?,
-                    closed: s.is_closed(),
-                })
+            .map(|s| SegmentEntry {
+                id: s.id,
+                first_sqn: s.first_sqn().unwrap_or(0),
+                last_sqn: s.last_sqn().unwrap_or(0),
+                closed: s.is_closed(),
             })
             .collect();
         let generation = ms.generation + 1;
@@ -945,6 +1505,10 @@ impl Inner {
         };
         m.store(&self.dir)?;
         ms.generation = generation;
+        ms.persisted_history.push_back(persisted_sqn);
+        while ms.persisted_history.len() > KEEP as usize {
+            ms.persisted_history.pop_front();
+        }
         if !obsolete.is_empty() {
             ms.pending.push_back((generation, obsolete));
         }
@@ -954,7 +1518,7 @@ impl Inner {
             .is_some_and(|(g, _)| *g + KEEP - 1 <= generation)
         {
             for t in ms.pending.pop_front().unwrap().1 {
-                t.remove_file();
+                t.mark_obsolete();
             }
         }
         Ok(())
@@ -962,6 +1526,7 @@ impl Inner {
 
     fn worker(self: Arc<Self>) {
         loop {
+            self.reap_snapshots();
             let (shutdown, abandon) = {
                 let bg = self.bg.lock();
                 (bg.shutdown, bg.abandon)

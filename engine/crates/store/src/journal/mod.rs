@@ -47,25 +47,30 @@ impl Journal {
         self.segments.write().push(seg);
     }
 
-    fn find(&self, sqn: u64) -> Option<(Arc<Segment>, IdxEntry)> {
-        let segs = self.segments.read();
-        // Segments are ordered by SQN range; take the last one starting at or before `sqn`.
-        let mut i = segs.partition_point(|s| s.first_sqn().is_some_and(|f| f <= sqn));
-        while i > 0 {
-            i -= 1;
-            if let Some(e) = segs[i].locate(sqn) {
-                return Some((segs[i].clone(), e));
-            }
-            if segs[i].first_sqn().is_some() {
-                break;
-            }
-        }
-        None
+    /// Replace the adjacent segments `old` (in list order) with `new` (a compaction's outputs).
+    pub(crate) fn replace(&self, old: &[Arc<Segment>], new: Vec<Arc<Segment>>) {
+        let mut segs = self.segments.write();
+        let Some(at) = segs.iter().position(|s| s.id == old[0].id) else {
+            return;
+        };
+        segs.splice(at..at + old.len(), new);
     }
 
-    /// Read the record with `sqn`, verifying its checksum and that it is the record asked for.
+    /// Read the record with `sqn` from the live segment list.
     pub(crate) fn read(&self, sqn: u64, ledger_key: &[u8]) -> Result<OwnedRecord> {
-        let (seg, e) = self.find(sqn).ok_or_else(|| {
+        let segs = self.segments.read().clone();
+        self.read_in(&segs, sqn, ledger_key)
+    }
+
+    /// Read the record with `sqn` from `segs` (a snapshot's segment list), verifying its checksum and
+    /// that it is the record asked for.
+    pub(crate) fn read_in(
+        &self,
+        segs: &[Arc<Segment>],
+        sqn: u64,
+        ledger_key: &[u8],
+    ) -> Result<OwnedRecord> {
+        let (seg, e) = find(segs, sqn).ok_or_else(|| {
             Error::Corruption(format!(
                 "journal has no record with sqn {sqn} that the ledger points to"
             ))
@@ -90,9 +95,29 @@ impl Journal {
         })
     }
 
+    /// Whether the journal holds a record with `sqn` (index lookup only).
+    pub(crate) fn contains_in(segs: &[Arc<Segment>], sqn: u64) -> bool {
+        find(segs, sqn).is_some()
+    }
+
     pub(crate) fn disk_bytes(&self) -> u64 {
         self.segments.read().iter().map(|s| s.disk_bytes()).sum()
     }
+}
+
+/// Find the segment and index entry of `sqn` in a list ordered by SQN range.
+pub(crate) fn find(segs: &[Arc<Segment>], sqn: u64) -> Option<(Arc<Segment>, IdxEntry)> {
+    let mut i = segs.partition_point(|s| s.first_sqn().is_some_and(|f| f <= sqn));
+    while i > 0 {
+        i -= 1;
+        if let Some(e) = segs[i].locate(sqn) {
+            return Some((segs[i].clone(), e));
+        }
+        if segs[i].first_sqn().is_some() {
+            break;
+        }
+    }
+    None
 }
 
 /// The append side: the active segment and its write handle. Owned by the store's write lock.

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! record   := body_len:u32 crc:u32 body            (crc = CRC32C(body), little-endian ints)
-//! body     := sqn:u64 kind:u8 ledger_key:bytes metadata:bytes n_changes:u32 change* value:bytes
+//! body     := sqn:u64 kind:u8 timestamp:u64 ledger_key:bytes metadata:bytes n_changes:u32 change*
+//!             value:bytes
 //! change   := op:u8 (1 add, 2 remove) field:bytes term
 //! term     := 0x01 i64 | 0x02 bytes
 //! bytes    := len:u32 data
@@ -26,6 +27,8 @@ pub(crate) enum Kind {
 pub(crate) struct RecordView<'a> {
     pub sqn: u64,
     pub kind: Kind,
+    /// µs since the Unix epoch when the write was accepted.
+    pub timestamp: u64,
     pub ledger_key: &'a [u8],
     pub metadata: &'a [u8],
     pub changes: Vec<IndexChange>,
@@ -37,6 +40,7 @@ pub(crate) fn encode(
     out: &mut Vec<u8>,
     sqn: u64,
     kind: Kind,
+    timestamp: u64,
     ledger_key: &[u8],
     metadata: &[u8],
     changes: &[IndexChange],
@@ -46,6 +50,7 @@ pub(crate) fn encode(
     out.extend_from_slice(&[0u8; HEADER_BYTES]);
     put_u64(out, sqn);
     put_u8(out, kind as u8);
+    put_u64(out, timestamp);
     put_bytes(out, ledger_key);
     put_bytes(out, metadata);
     put_u32(out, changes.len() as u32);
@@ -96,6 +101,7 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
             )))
         }
     };
+    let timestamp = r.u64()?;
     let ledger_key = r.bytes()?;
     let metadata = r.bytes()?;
     let n = r.u32()? as usize;
@@ -132,6 +138,7 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
     Ok(RecordView {
         sqn,
         kind,
+        timestamp,
         ledger_key,
         metadata,
         changes,
@@ -171,6 +178,7 @@ mod tests {
             &mut out,
             77,
             Kind::Put,
+            1234,
             b"\x01b\0k",
             b"vv",
             &changes,
@@ -185,6 +193,7 @@ mod tests {
         let r = decode(&buf).unwrap();
         assert_eq!(r.sqn, 77);
         assert_eq!(r.kind, Kind::Put);
+        assert_eq!(r.timestamp, 1234);
         assert_eq!(r.ledger_key, b"\x01b\0k");
         assert_eq!(r.metadata, b"vv");
         assert_eq!(r.value, b"value!");

@@ -29,8 +29,8 @@ const IDX_VERSION: u32 = 1;
 /// plus room for key, metadata and index changes. Fixed, so a smaller limit after a restart never
 /// makes valid records look damaged.
 pub(crate) const MAX_RECORD_BYTES: usize = (1 << 30) + (16 << 20);
-/// Smallest possible record body (sqn, kind, three empty byte strings, change count).
-const MIN_BODY: usize = 8 + 1 + 4 + 4 + 4 + 4;
+/// Smallest possible record body (sqn, kind, timestamp, three empty byte strings, change count).
+const MIN_BODY: usize = 8 + 1 + 8 + 4 + 4 + 4 + 4;
 
 /// Where a record lives inside its segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,10 @@ pub(crate) fn seg_path(dir: &Path, id: u64) -> PathBuf {
 pub(crate) fn idx_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}.idx"))
 }
+/// A compaction output before the manifest lists it.
+pub(crate) fn cseg_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.cseg"))
+}
 
 /// One segment file, shared by readers (pread) and, while active, the writer.
 pub(crate) struct Segment {
@@ -55,25 +59,57 @@ pub(crate) struct Segment {
     file: File,
     index: RwLock<Vec<IdxEntry>>,
     closed: AtomicBool,
+    /// Replaced by compaction: the files go when the last reader (e.g. a snapshot) lets go.
+    obsolete: AtomicBool,
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            for p in [self.path.clone(), self.path.with_extension("idx")] {
+                if let Err(e) = std::fs::remove_file(&p) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        log::warn!("could not remove {}: {e}", p.display());
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Segment {
     /// Create a new, empty active segment; returns it and the append handle.
     pub(crate) fn create(dir: &Path, id: u64) -> Result<(Arc<Segment>, File)> {
+        Self::create_as(dir, id, false)
+    }
+
+    /// Create a compaction output: written as `<id>.cseg`, renamed to `<id>.seg` once the manifest
+    /// lists it (`path` already names the final file).
+    pub(crate) fn create_output(dir: &Path, id: u64) -> Result<(Arc<Segment>, File)> {
+        Self::create_as(dir, id, true)
+    }
+
+    fn create_as(dir: &Path, id: u64, output: bool) -> Result<(Arc<Segment>, File)> {
         let path = seg_path(dir, id);
+        let on_disk = if output {
+            cseg_path(dir, id)
+        } else {
+            path.clone()
+        };
         let writer = OpenOptions::new()
             .create_new(true)
             .append(true)
-            .open(&path)
-            .ctx(|| format!("creating journal segment {}", path.display()))?;
+            .open(&on_disk)
+            .ctx(|| format!("creating journal segment {}", on_disk.display()))?;
         sync_dir(dir)?;
-        let file = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
+        let file = File::open(&on_disk).ctx(|| format!("opening {}", on_disk.display()))?;
         let seg = Segment {
             id,
             path,
             file,
             index: RwLock::new(Vec::new()),
             closed: AtomicBool::new(false),
+            obsolete: AtomicBool::new(false),
         };
         Ok((Arc::new(seg), writer))
     }
@@ -94,6 +130,7 @@ impl Segment {
             file,
             index: RwLock::new(index),
             closed: AtomicBool::new(closed),
+            obsolete: AtomicBool::new(false),
         }))
     }
 
@@ -106,6 +143,11 @@ impl Segment {
     pub(crate) fn record_count(&self) -> u64 {
         self.index.read().len() as u64
     }
+    /// Mark replaced: its files are removed when the last reference goes.
+    pub(crate) fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }

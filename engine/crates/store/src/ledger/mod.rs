@@ -151,18 +151,18 @@ pub(crate) fn pick_merge(
 }
 
 /// Merge sorted sources; on equal keys the source with the lowest index (the newest) wins.
-pub(crate) struct MergeIter<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> {
+pub(crate) struct MergeIter<V, I: Iterator<Item = Result<(Vec<u8>, V)>>> {
     sources: Vec<I>,
-    heads: Vec<Option<(Vec<u8>, Vec<u8>)>>,
+    heads: Vec<Option<(Vec<u8>, V)>>,
     started: bool,
 }
 
-impl<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> MergeIter<I> {
+impl<V, I: Iterator<Item = Result<(Vec<u8>, V)>>> MergeIter<V, I> {
     pub(crate) fn new(sources: Vec<I>) -> Self {
         let n = sources.len();
         MergeIter {
             sources,
-            heads: vec![None; n],
+            heads: (0..n).map(|_| None).collect(),
             started: false,
         }
     }
@@ -173,8 +173,8 @@ impl<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> MergeIter<I> {
     }
 }
 
-impl<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> Iterator for MergeIter<I> {
-    type Item = Result<(Vec<u8>, Vec<u8>)>;
+impl<V, I: Iterator<Item = Result<(Vec<u8>, V)>>> Iterator for MergeIter<V, I> {
+    type Item = Result<(Vec<u8>, V)>;
     fn next(&mut self) -> Option<Self::Item> {
         if !self.started {
             self.started = true;

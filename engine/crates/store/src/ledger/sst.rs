@@ -15,6 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::bloom::Bloom;
 use super::value::LedgerValue;
@@ -213,6 +214,19 @@ pub(crate) struct Table {
     pub path: PathBuf,
     file: Option<File>,
     loaded: std::result::Result<Loaded, String>,
+    obsolete: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        if self.obsolete.load(std::sync::atomic::Ordering::Acquire) {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("could not remove {}: {e}", self.path.display());
+                }
+            }
+        }
+    }
 }
 
 impl Table {
@@ -228,6 +242,7 @@ impl Table {
             path,
             file: Some(file),
             loaded,
+            obsolete: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -348,36 +363,34 @@ impl Table {
     }
 
     /// Every entry of the table, in order (for merges and range reads).
-    pub(crate) fn iter_from(&self, start: &[u8]) -> Result<TableIter<'_>> {
+    pub(crate) fn iter_from(self: &Arc<Self>, start: &[u8]) -> Result<TableIter> {
         let l = self.loaded()?;
         let block = l.index.partition_point(|h| h.last_key.as_slice() < start);
         Ok(TableIter {
-            table: self,
+            table: self.clone(),
             block,
             entries: Vec::new().into_iter(),
             start: start.to_vec(),
         })
     }
 
-    /// Delete the file (called once no version references the table).
-    pub(crate) fn remove_file(&self) {
-        if let Err(e) = std::fs::remove_file(&self.path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                log::warn!("could not remove {}: {e}", self.path.display());
-            }
-        }
+    /// Mark the table replaced: its file is removed when the last reference (a version or a
+    /// snapshot) goes.
+    pub(crate) fn mark_obsolete(&self) {
+        self.obsolete
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
 /// Iterates a table's entries from a start key, one block at a time.
-pub(crate) struct TableIter<'a> {
-    table: &'a Table,
+pub(crate) struct TableIter {
+    table: Arc<Table>,
     block: usize,
     entries: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
     start: Vec<u8>,
 }
 
-impl Iterator for TableIter<'_> {
+impl Iterator for TableIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -425,6 +438,7 @@ mod tests {
             tombstone: false,
             value_size: 1,
             value_hash: 2,
+            last_modified: 0,
             metadata: vec![],
         }
         .encode(&mut b);
@@ -447,7 +461,7 @@ mod tests {
         assert_eq!(meta.entries, 1000);
         assert_eq!(meta.smallest, b"k000000");
         assert_eq!(meta.largest, b"k000999");
-        let t = Table::open(d.path(), meta).unwrap();
+        let t = Arc::new(Table::open(d.path(), meta).unwrap());
         for i in (0..1000).step_by(7) {
             let v = t
                 .get(format!("k{i:06}").as_bytes())

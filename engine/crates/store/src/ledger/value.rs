@@ -1,7 +1,8 @@
 //! The ledger's value for a key: where the object's value lives (its SQN) and what HEAD returns.
 //!
 //! ```text
-//! ledger_value := sqn:u64 status:u8 (1 active, 2 tombstone) value_size:u32 value_hash:u32 metadata:bytes
+//! ledger_value := sqn:u64 status:u8 (1 active, 2 tombstone) value_size:u32 value_hash:u32
+//!                 last_modified:u64 (µs since the Unix epoch) metadata:bytes
 //! ```
 
 use crate::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
@@ -14,6 +15,8 @@ pub(crate) struct LedgerValue {
     pub value_size: u32,
     /// CRC32C of the value, checked again on GET.
     pub value_hash: u32,
+    /// When the write was accepted, µs since the Unix epoch.
+    pub last_modified: u64,
     pub metadata: Vec<u8>,
 }
 
@@ -23,11 +26,12 @@ impl LedgerValue {
         put_u8(out, if self.tombstone { 2 } else { 1 });
         put_u32(out, self.value_size);
         put_u32(out, self.value_hash);
+        put_u64(out, self.last_modified);
         put_bytes(out, &self.metadata);
     }
 
     pub(crate) fn encoded_len(&self) -> usize {
-        8 + 1 + 4 + 4 + 4 + self.metadata.len()
+        8 + 1 + 4 + 4 + 8 + 4 + self.metadata.len()
     }
 
     pub(crate) fn decode(buf: &[u8]) -> Result<Self> {
@@ -44,6 +48,7 @@ impl LedgerValue {
         };
         let value_size = r.u32()?;
         let value_hash = r.u32()?;
+        let last_modified = r.u64()?;
         let metadata = r.bytes()?.to_vec();
         r.expect_end()?;
         Ok(LedgerValue {
@@ -51,6 +56,7 @@ impl LedgerValue {
             tombstone,
             value_size,
             value_hash,
+            last_modified,
             metadata,
         })
     }
@@ -72,6 +78,7 @@ mod tests {
             tombstone: true,
             value_size: 3,
             value_hash: 7,
+            last_modified: 11,
             metadata: b"m".to_vec(),
         };
         let mut b = Vec::new();

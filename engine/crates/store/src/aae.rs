@@ -32,6 +32,14 @@ pub fn leaf_hash(bucket: &[u8], key: &[u8], metadata: &[u8]) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
+/// A key of an AAE segment with the hash it contributes to its leaf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AaeKeyHash {
+    pub bucket: Vec<u8>,
+    pub key: Vec<u8>,
+    pub hash: u32,
+}
+
 /// A copy of a store's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AaeTree {

@@ -156,7 +156,8 @@ impl Config {
             return bad("level_multiplier must be at least 2");
         }
         if self.aae_segments > 0
-            && (self.aae_branch_width == 0 || self.aae_segments % self.aae_branch_width != 0)
+            && (self.aae_branch_width == 0
+                || !self.aae_segments.is_multiple_of(self.aae_branch_width))
         {
             return bad("aae_segments must be a multiple of aae_branch_width (>= 1)");
         }

@@ -31,7 +31,7 @@ mod snapshot;
 mod store;
 mod view;
 
-pub use aae::{leaf_hash as aae_leaf_hash, segment_of as aae_segment, AaeTree};
+pub use aae::{leaf_hash as aae_leaf_hash, segment_of as aae_segment, AaeKeyHash, AaeTree};
 pub use compaction::{
     choose as choose_compaction_run, day_schedule, hour_allowed, CompactionThresholds,
 };

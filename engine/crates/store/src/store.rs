@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::aae::{self, AaeState, AaeTree};
+use crate::aae::{self, AaeKeyHash, AaeState, AaeTree};
 use crate::config::{Config, SyncMode, NUM_LEVELS};
 use crate::error::{Error, IoContext, Result};
 use crate::fsutil::{remove_if_exists, sync_dir};
@@ -794,7 +794,7 @@ impl Store {
     }
 
     /// (bucket, key, leaf hash) of every live object in the given AAE segments.
-    pub fn aae_keys_in_segments(&self, segments: &[u32]) -> Result<Vec<(Vec<u8>, Vec<u8>, u32)>> {
+    pub fn aae_keys_in_segments(&self, segments: &[u32]) -> Result<Vec<AaeKeyHash>> {
         let count = self.aae_tree()?.segment_count();
         let snap = self.inner.snapshot(SnapshotKind::Fold)?;
         let opts = HeadFoldOptions {
@@ -806,7 +806,7 @@ impl Store {
             .map(|h| {
                 h.map(|FoldedHead { bucket, key, head }| {
                     let hash = aae::leaf_hash(&bucket, &key, &head.metadata);
-                    (bucket, key, hash)
+                    AaeKeyHash { bucket, key, hash }
                 })
             })
             .collect()

@@ -2,7 +2,8 @@
 //! threads and reports, on stdout, each operation it is about to do (`I`) and each one acknowledged
 //! (`A`). The parent kills the child with SIGKILL at a random moment, reopens the store and checks
 //! that every key holds its last acknowledged state, or the state of the one operation that was in
-//! flight on that key's thread. Repeated `LEVEE_CRASH_KILLS` times (default 50; `make crash-soak`
+//! flight on that key's thread, and that each live object's index entry (written atomically with
+//! it) is present. A thread compacts the journal all the while. Repeated `LEVEE_CRASH_KILLS` times (default 50; `make crash-soak`
 //! runs 1000).
 
 use std::collections::HashMap;
@@ -10,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use levee_store::{Config, IndexChange, Store, SyncMode, Term};
+use levee_store::{Config, IndexChange, IndexQuery, Store, SyncMode, Term};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -33,6 +34,14 @@ fn value_of(key: &str, version: u64) -> Vec<u8> {
 
 fn child(dir: &str, start: u64) {
     let store = std::sync::Arc::new(Store::open(dir, config()).expect("child open"));
+    // Journal compaction runs continuously, so kills also land in the middle of compactions.
+    {
+        let store = store.clone();
+        std::thread::spawn(move || loop {
+            let _ = store.compact_journal();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        });
+    }
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
             let store = store.clone();
@@ -206,6 +215,24 @@ fn main() {
                     State::Put(v)
                 }
             };
+            if let State::Put(v) = got {
+                let q = IndexQuery {
+                    bucket: b"crash".to_vec(),
+                    field: b"v_int".to_vec(),
+                    start: Term::Int(v as i64),
+                    end: Term::Int(v as i64),
+                    return_terms: false,
+                    term_regex: None,
+                    max_results: None,
+                    continuation: None,
+                };
+                let page = store.index_query(&q).unwrap();
+                assert_eq!(
+                    page.results,
+                    vec![(None, key.as_bytes().to_vec())],
+                    "cycle {cycle}: index entry of {key} v{v}"
+                );
+            }
             if got != *want {
                 let alt = flight.get(key);
                 assert_eq!(
@@ -234,10 +261,14 @@ fn main() {
         }
         store.close().unwrap();
     }
+    let stats = Store::open(dir.path(), config()).unwrap().stats();
     println!(
-        "crash test: {kills} kills, {acked_total} acknowledged writes verified over {} keys in {:.1}s",
+        "crash test: {kills} kills, {acked_total} acknowledged writes verified over {} keys in {:.1}s; \
+         journal {} bytes in {} segments",
         model.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        stats.journal_disk_bytes,
+        stats.journal_segments
     );
     println!("1 passed, 0 failed");
 }

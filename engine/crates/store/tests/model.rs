@@ -5,11 +5,53 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use levee_store::{Config, Store};
+use levee_store::{Config, IndexChange, IndexQuery, Snapshot, SnapshotKind, Store, Term};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 type Key = (Vec<u8>, Vec<u8>);
+/// (bucket, term, key) of live index entries on field `f_int`.
+type IndexModel = std::collections::BTreeSet<(Vec<u8>, i64, Vec<u8>)>;
+
+fn query_all(
+    page: usize,
+    bucket: &[u8],
+    lo: i64,
+    hi: i64,
+    run: impl Fn(&IndexQuery) -> levee_store::IndexPage,
+) -> Vec<(i64, Vec<u8>)> {
+    let mut q = IndexQuery {
+        bucket: bucket.to_vec(),
+        field: b"f_int".to_vec(),
+        start: Term::Int(lo),
+        end: Term::Int(hi),
+        return_terms: true,
+        term_regex: None,
+        max_results: Some(page),
+        continuation: None,
+    };
+    let mut out = Vec::new();
+    loop {
+        let p = run(&q);
+        for (t, k) in p.results {
+            let Some(Term::Int(t)) = t else {
+                panic!("integer term expected")
+            };
+            out.push((t, k));
+        }
+        match p.continuation {
+            Some(c) => q.continuation = Some(c),
+            None => return out,
+        }
+    }
+}
+
+fn model_query(idx: &IndexModel, bucket: &[u8], lo: i64, hi: i64) -> Vec<(i64, Vec<u8>)> {
+    idx.iter()
+        .filter(|(b, t, _)| b == bucket && (lo..=hi).contains(t))
+        .map(|(_, t, k)| (*t, k.clone()))
+        .collect()
+}
 
 #[derive(Clone, Debug)]
 struct Expect {
@@ -108,14 +150,84 @@ fn run(seed: u64, ops: usize) -> Vec<u64> {
         (b, k)
     };
     let mut last_sqn = 0;
+    let mut index = IndexModel::new();
+    let mut snaps: Vec<(Snapshot, BTreeMap<Key, Expect>, IndexModel)> = Vec::new();
     for step in 0..ops {
         let ctx = format!("seed {seed} step {step}");
-        match rng.gen_range(0..100) {
+        match rng.gen_range(0..108) {
+            100..=101 => {
+                // A snapshot taken now must keep answering as of now.
+                if snaps.len() >= 2 {
+                    snaps.remove(0);
+                }
+                snaps.push((
+                    store.snapshot(SnapshotKind::Query).unwrap(),
+                    model.clone(),
+                    index.clone(),
+                ));
+            }
+            102..=104 => {
+                if let Some((snap, m, idx)) = snaps.get(rng.gen_range(0..snaps.len().max(1))) {
+                    let k = pick(&mut rng);
+                    let got = snap.get(&k.0, &k.1).unwrap().map(|o| (o.sqn, o.value));
+                    assert_eq!(
+                        got,
+                        m.get(&k).map(|e| (e.sqn, e.value.clone())),
+                        "{ctx}: snapshot get {k:?}"
+                    );
+                    let lo = rng.gen_range(-6..9);
+                    let hi = lo + rng.gen_range(0..8);
+                    let b = k.0.clone();
+                    let got = query_all(rng.gen_range(1..6), &b, lo, hi, |q| {
+                        snap.index_query(q).unwrap()
+                    });
+                    assert_eq!(
+                        got,
+                        model_query(idx, &b, lo, hi),
+                        "{ctx}: snapshot index query"
+                    );
+                }
+            }
+            105..=106 => {
+                let b = buckets[rng.gen_range(0..buckets.len())];
+                let lo = rng.gen_range(-6..9);
+                let hi = lo + rng.gen_range(0..8);
+                let got = query_all(rng.gen_range(1..20), b, lo, hi, |q| {
+                    store.index_query(q).unwrap()
+                });
+                assert_eq!(
+                    got,
+                    model_query(&index, b, lo, hi),
+                    "{ctx}: index query {lo}..={hi}"
+                );
+            }
+            107 => {
+                store.compact_journal().unwrap();
+            }
             0..=44 => {
                 let k = pick(&mut rng);
                 let value = value_for(&mut rng);
                 let metadata: Vec<u8> = (0..rng.gen_range(0..40)).map(|_| rng.gen()).collect();
-                let sqn = store.put(&k.0, &k.1, &value, &metadata, &[]).unwrap();
+                let changes: Vec<IndexChange> = (0..rng.gen_range(0..3))
+                    .map(|_| {
+                        let t = Term::Int(rng.gen_range(-5..10));
+                        if rng.gen_range(0..3) == 0 {
+                            IndexChange::remove("f_int", t)
+                        } else {
+                            IndexChange::add("f_int", t)
+                        }
+                    })
+                    .collect();
+                let sqn = store.put(&k.0, &k.1, &value, &metadata, &changes).unwrap();
+                for c in &changes {
+                    let Term::Int(t) = c.term else { unreachable!() };
+                    let entry = (k.0.clone(), t, k.1.clone());
+                    if c.op == levee_store::IndexOp::Add {
+                        index.insert(entry);
+                    } else {
+                        index.remove(&entry);
+                    }
+                }
                 assert!(sqn > last_sqn, "{ctx}: sqn {sqn} after {last_sqn}");
                 last_sqn = sqn;
                 model.insert(
@@ -140,6 +252,7 @@ fn run(seed: u64, ops: usize) -> Vec<u64> {
             }
             90..=94 => store.flush().unwrap(),
             _ => {
+                snaps.clear();
                 store.close().unwrap();
                 drop(store);
                 store = Store::open(dir.path(), cfg.clone()).unwrap();
@@ -149,6 +262,15 @@ fn run(seed: u64, ops: usize) -> Vec<u64> {
     for k in model.keys() {
         check(&store, &model, k, &format!("seed {seed} final"));
     }
+    for b in buckets {
+        let got = query_all(50, b, i64::MIN, i64::MAX, |q| store.index_query(q).unwrap());
+        assert_eq!(
+            got,
+            model_query(&index, b, i64::MIN, i64::MAX),
+            "seed {seed}: final index contents"
+        );
+    }
+    snaps.clear();
     store.close().unwrap();
     drop(store);
     let store = Store::open(dir.path(), cfg).unwrap();

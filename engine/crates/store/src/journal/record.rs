@@ -35,7 +35,8 @@ pub(crate) struct RecordView<'a> {
     pub value: &'a [u8],
 }
 
-/// Encode a whole record (header + body) into `out`.
+/// Encode a whole record (header + body) into `out`. One argument per field of the format.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     out: &mut Vec<u8>,
     sqn: u64,

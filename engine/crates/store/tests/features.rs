@@ -1,0 +1,493 @@
+//! Secondary indexes, snapshots, folds, journal compaction and the AAE tree.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use levee_store::{
+    aae_segment, Config, Error, FoldOrder, HeadFoldOptions, IndexChange, IndexQuery, SnapshotKind,
+    Store, Term,
+};
+
+fn q(field: &str, start: Term, end: Term) -> IndexQuery {
+    IndexQuery {
+        bucket: b"b".to_vec(),
+        field: field.as_bytes().to_vec(),
+        start,
+        end,
+        return_terms: true,
+        term_regex: None,
+        max_results: None,
+        continuation: None,
+    }
+}
+
+fn all_pages(s: &Store, mut query: IndexQuery, page: usize) -> Vec<(Option<Term>, Vec<u8>)> {
+    query.max_results = Some(page);
+    let mut out = Vec::new();
+    loop {
+        let p = s.index_query(&query).unwrap();
+        assert!(p.results.len() <= page);
+        out.extend(p.results);
+        match p.continuation {
+            Some(c) => query.continuation = Some(c),
+            None => return out,
+        }
+    }
+}
+
+#[test]
+fn index_queries_ranges_terms_regex_and_pagination() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+    for i in 0..500i64 {
+        let key = format!("k{i:04}");
+        let changes = [
+            IndexChange::add("age_int", Term::Int(i % 100 - 50)),
+            IndexChange::add(
+                "name_bin",
+                Term::Bin(format!("name{:03}", i % 37).into_bytes()),
+            ),
+        ];
+        s.put(b"b", key.as_bytes(), b"v", b"", &changes).unwrap();
+        if i == 250 {
+            s.flush().unwrap();
+        }
+    }
+    // Integer range, negative terms included, ordered by (term, key).
+    let r = s
+        .index_query(&q("age_int", Term::Int(-3), Term::Int(2)))
+        .unwrap();
+    assert_eq!(r.results.len(), 6 * 5);
+    assert!(r.continuation.is_none());
+    assert_eq!(r.results[0], (Some(Term::Int(-3)), b"k0047".to_vec()));
+    assert!(r.results.windows(2).all(|w| w[0] <= w[1]));
+    // Pagination returns the same results as one big page.
+    let paged = all_pages(&s, q("age_int", Term::Int(-50), Term::Int(49)), 7);
+    let whole = s
+        .index_query(&q("age_int", Term::Int(-50), Term::Int(49)))
+        .unwrap()
+        .results;
+    assert_eq!(paged.len(), 500);
+    assert_eq!(paged, whole);
+    // Keys only.
+    let mut keys_only = q(
+        "name_bin",
+        Term::Bin(b"name000".to_vec()),
+        Term::Bin(b"name000".to_vec()),
+    );
+    keys_only.return_terms = false;
+    let r = s.index_query(&keys_only).unwrap();
+    assert!(r.results.iter().all(|(t, _)| t.is_none()));
+    assert_eq!(r.results.len(), (0..500).filter(|i| i % 37 == 0).count());
+    // Regex on binary terms.
+    let mut re = q(
+        "name_bin",
+        Term::Bin(b"name".to_vec()),
+        Term::Bin(b"name999".to_vec()),
+    );
+    re.term_regex = Some("^name0[01]7$".into());
+    let r = s.index_query(&re).unwrap();
+    let terms: BTreeSet<Vec<u8>> = r
+        .results
+        .iter()
+        .map(|(t, _)| {
+            if let Some(Term::Bin(b)) = t {
+                b.clone()
+            } else {
+                panic!()
+            }
+        })
+        .collect();
+    assert_eq!(
+        terms,
+        [b"name007".to_vec(), b"name017".to_vec()]
+            .into_iter()
+            .collect()
+    );
+    // Removing an entry hides it.
+    s.put(
+        b"b",
+        b"k0047",
+        b"v2",
+        b"",
+        &[IndexChange::remove("age_int", Term::Int(-3))],
+    )
+    .unwrap();
+    let r = s
+        .index_query(&q("age_int", Term::Int(-3), Term::Int(-3)))
+        .unwrap();
+    assert!(!r.results.iter().any(|(_, k)| k == b"k0047"));
+    // Bad queries are typed errors.
+    let mut bad = re.clone();
+    bad.term_regex = Some("(".into());
+    assert!(
+        matches!(s.index_query(&bad), Err(Error::InvalidQuery(m)) if m.contains("invalid term_regex"))
+    );
+    let mut bad = q("age_int", Term::Int(0), Term::Int(1));
+    bad.term_regex = Some("x".into());
+    assert!(matches!(s.index_query(&bad), Err(Error::InvalidQuery(_))));
+    assert!(matches!(
+        s.index_query(&q("age_int", Term::Int(0), Term::Bin(vec![]))),
+        Err(Error::InvalidQuery(_))
+    ));
+    let mut bad = q("age_int", Term::Int(0), Term::Int(1));
+    bad.continuation = Some(b"garbage".to_vec());
+    assert!(matches!(s.index_query(&bad), Err(Error::InvalidQuery(_))));
+    // Index entries survive reopen (they are replayed from the journal record of their write).
+    s.close().unwrap();
+    let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+    assert_eq!(
+        all_pages(&s, q("age_int", Term::Int(-50), Term::Int(49)), 100).len(),
+        499
+    );
+}
+
+#[test]
+fn a_snapshot_never_changes_while_writes_flushes_and_merges_continue() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+    for i in 0..300u32 {
+        s.put(
+            b"b",
+            format!("k{i:03}").as_bytes(),
+            format!("old{i}").as_bytes(),
+            b"m",
+            &[IndexChange::add("i_int", Term::Int(i as i64))],
+        )
+        .unwrap();
+    }
+    let snap = s.snapshot(SnapshotKind::Query).unwrap();
+    let keys_before: Vec<Vec<u8>> = snap
+        .fold_keys(b"b", None, None)
+        .unwrap()
+        .map(|k| k.unwrap())
+        .collect();
+    let q_before = snap
+        .index_query(&q("i_int", Term::Int(0), Term::Int(1000)))
+        .unwrap();
+    for round in 0..5 {
+        for i in 0..300u32 {
+            if i % 3 == 0 {
+                s.delete(
+                    b"b",
+                    format!("k{i:03}").as_bytes(),
+                    b"",
+                    &[IndexChange::remove("i_int", Term::Int(i as i64))],
+                )
+                .unwrap();
+            } else {
+                s.put(
+                    b"b",
+                    format!("k{i:03}").as_bytes(),
+                    format!("new{round}").as_bytes(),
+                    b"m2",
+                    &[],
+                )
+                .unwrap();
+            }
+        }
+        s.put(b"b", format!("extra{round}").as_bytes(), b"x", b"", &[])
+            .unwrap();
+        s.flush().unwrap();
+    }
+    assert!(s.stats().merges > 0 || s.stats().flushes > 3);
+    for i in 0..300u32 {
+        let o = snap
+            .get(b"b", format!("k{i:03}").as_bytes())
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.value, format!("old{i}").into_bytes());
+        assert_eq!(
+            snap.head(b"b", format!("k{i:03}").as_bytes())
+                .unwrap()
+                .unwrap()
+                .metadata,
+            b"m"
+        );
+    }
+    let keys_after: Vec<Vec<u8>> = snap
+        .fold_keys(b"b", None, None)
+        .unwrap()
+        .map(|k| k.unwrap())
+        .collect();
+    assert_eq!(keys_before, keys_after);
+    assert_eq!(keys_after.len(), 300);
+    assert_eq!(
+        snap.index_query(&q("i_int", Term::Int(0), Term::Int(1000)))
+            .unwrap(),
+        q_before
+    );
+    // The live store sees the new state.
+    assert!(s.get(b"b", b"k000").unwrap().is_none());
+    assert_eq!(s.get(b"b", b"k001").unwrap().unwrap().value, b"new4");
+}
+
+#[test]
+fn an_expired_snapshot_fails_with_a_typed_error() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        snapshot_query_lifetime: Duration::from_millis(100),
+        ..Config::small_for_tests()
+    };
+    let s = Store::open(d.path(), cfg).unwrap();
+    s.put(b"b", b"k", b"v", b"", &[]).unwrap();
+    let snap = s.snapshot(SnapshotKind::Query).unwrap();
+    assert!(snap.get(b"b", b"k").unwrap().is_some());
+    assert_eq!(s.stats().live_snapshots, 1);
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(matches!(
+        snap.get(b"b", b"k"),
+        Err(Error::SnapshotExpired { .. })
+    ));
+    assert_eq!(s.stats().live_snapshots, 0);
+}
+
+#[test]
+fn folds_filter_and_orders_agree() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..400u32 {
+        let key = format!("k{:03}", (i * 7) % 200).into_bytes();
+        let value = format!("v{i}").into_bytes();
+        s.put(b"f", &key, &value, &i.to_le_bytes(), &[]).unwrap();
+        model.insert(key, value);
+    }
+    s.put(b"other", b"x", b"y", b"", &[]).unwrap();
+    s.delete(b"f", b"k000", b"", &[]).unwrap();
+    model.remove(b"k000".as_slice());
+    let snap = s.snapshot(SnapshotKind::Fold).unwrap();
+    let by_key: Vec<_> = snap
+        .fold_objects(Some(b"f"), FoldOrder::Key)
+        .unwrap()
+        .map(|o| o.unwrap())
+        .collect();
+    let mut by_journal: Vec<_> = snap
+        .fold_objects(Some(b"f"), FoldOrder::Journal)
+        .unwrap()
+        .map(|o| o.unwrap())
+        .collect();
+    assert_eq!(by_key.len(), model.len());
+    assert!(by_key.iter().all(|o| model[&o.key] == o.object.value));
+    by_journal.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(by_key, by_journal);
+    // Heads: all buckets, then a segment filter, a max count and a modified range.
+    let all: Vec<_> = snap
+        .fold_heads(&HeadFoldOptions::default())
+        .unwrap()
+        .map(|h| h.unwrap())
+        .collect();
+    assert_eq!(all.len(), model.len() + 1);
+    let segs = vec![
+        aae_segment(b"f", b"k001", 64),
+        aae_segment(b"f", b"k002", 64),
+    ];
+    let opts = HeadFoldOptions {
+        bucket: Some(b"f".to_vec()),
+        segments: Some(segs.clone()),
+        segment_count: 64,
+        journal_check: true,
+        ..Default::default()
+    };
+    let filtered: Vec<_> = snap
+        .fold_heads(&opts)
+        .unwrap()
+        .map(|h| h.unwrap())
+        .collect();
+    assert!(filtered.iter().any(|h| h.key == b"k001") && filtered.iter().any(|h| h.key == b"k002"));
+    assert!(filtered
+        .iter()
+        .all(|h| segs.contains(&aae_segment(&h.bucket, &h.key, 64))));
+    assert!(filtered.len() < model.len() / 4);
+    let opts = HeadFoldOptions {
+        max_count: Some(5),
+        ..Default::default()
+    };
+    assert_eq!(snap.fold_heads(&opts).unwrap().count(), 5);
+    let opts = HeadFoldOptions {
+        modified_range: Some((0, 1)),
+        ..Default::default()
+    };
+    assert_eq!(snap.fold_heads(&opts).unwrap().count(), 0);
+    let opts = HeadFoldOptions {
+        modified_range: Some((0, u64::MAX)),
+        ..Default::default()
+    };
+    assert_eq!(snap.fold_heads(&opts).unwrap().count(), model.len() + 1);
+}
+
+fn journal_cfg() -> Config {
+    Config {
+        journal_segment_bytes: 64 << 10,
+        journal_segment_records: 10_000,
+        compaction_sample_records: 1000,
+        ..Config::small_for_tests()
+    }
+}
+
+#[test]
+fn compaction_reclaims_replaced_values_and_keeps_every_live_key() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path(), journal_cfg()).unwrap();
+    let value = |k: u32, round: u32| format!("{k}:{round}:").repeat(40).into_bytes();
+    for round in 0..4u32 {
+        for k in 0..400u32 {
+            s.put(
+                b"b",
+                &k.to_le_bytes(),
+                &value(k, round),
+                &round.to_le_bytes(),
+                &[IndexChange::add("r_int", Term::Int(round as i64))],
+            )
+            .unwrap();
+        }
+    }
+    // Make the ledger's persisted SQN (in every kept manifest) cover the overwritten records.
+    for _ in 0..4 {
+        s.put(b"b", b"tick", b"t", b"", &[]).unwrap();
+        s.flush().unwrap();
+    }
+    let snap = s.snapshot(SnapshotKind::Fold).unwrap();
+    for k in 0..400u32 {
+        s.put(b"b", &k.to_le_bytes(), &value(k, 9), b"", &[])
+            .unwrap();
+    }
+    for _ in 0..4 {
+        s.put(b"b", b"tick", b"t", b"", &[]).unwrap();
+        s.flush().unwrap();
+    }
+    let before = s.stats().journal_disk_bytes;
+    let mut runs = 0;
+    loop {
+        let r = s.compact_journal().unwrap();
+        if r.compacted_segments.is_empty() {
+            break;
+        }
+        assert!(r.records_dropped > 0);
+        runs += 1;
+        assert!(runs < 100);
+    }
+    let after = s.stats().journal_disk_bytes;
+    assert!(runs > 0, "nothing was compacted");
+    // 4 of 5 rounds were replaced: the journal should shrink to about a fifth, plus a segment.
+    assert!(
+        after <= before / 5 + 2 * (64 << 10),
+        "journal {before} -> {after} bytes after {runs} runs"
+    );
+    assert_eq!(s.stats().journal_compaction_runs, runs);
+    // The snapshot still reads the values it saw, from segments it pinned.
+    for k in (0..400u32).step_by(13) {
+        assert_eq!(
+            snap.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,
+            value(k, 3)
+        );
+    }
+    drop(snap);
+    for k in 0..400u32 {
+        assert_eq!(
+            s.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,
+            value(k, 9)
+        );
+    }
+    let idx = s
+        .index_query(&q("r_int", Term::Int(0), Term::Int(3)))
+        .unwrap();
+    assert_eq!(
+        idx.results.len(),
+        1600,
+        "index entries are ledger state; compaction never touches them"
+    );
+    s.close().unwrap();
+    let s = Store::open(d.path(), journal_cfg()).unwrap();
+    for k in 0..400u32 {
+        assert_eq!(
+            s.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,
+            value(k, 9),
+            "after reopen"
+        );
+    }
+    assert!(s.compact_journal().unwrap().compacted_segments.is_empty());
+}
+
+#[test]
+fn aae_trees_are_order_independent_and_pinpoint_a_difference() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Store::open(d1.path(), Config::small_for_tests()).unwrap();
+    let b = Store::open(d2.path(), Config::small_for_tests()).unwrap();
+    for i in 0..1000u32 {
+        a.put(
+            b"b",
+            &i.to_le_bytes(),
+            b"v",
+            format!("clock{}", i % 5).as_bytes(),
+            &[],
+        )
+        .unwrap();
+    }
+    for i in (0..1000u32).rev() {
+        b.put(
+            b"b",
+            &i.to_le_bytes(),
+            b"other value, same clock",
+            b"stale",
+            &[],
+        )
+        .unwrap();
+        b.put(
+            b"b",
+            &i.to_le_bytes(),
+            b"v",
+            format!("clock{}", i % 5).as_bytes(),
+            &[],
+        )
+        .unwrap();
+    }
+    b.put(b"b", b"gone", b"v", b"c", &[]).unwrap();
+    b.delete(b"b", b"gone", b"", &[]).unwrap();
+    assert_eq!(a.aae_tree().unwrap(), b.aae_tree().unwrap());
+    b.put(b"b", &7u32.to_le_bytes(), b"v", b"newer clock", &[])
+        .unwrap();
+    let diff = a.aae_tree().unwrap().diff_segments(&b.aae_tree().unwrap());
+    assert_eq!(diff.len(), 1);
+    let keys = b.aae_keys_in_segments(&diff).unwrap();
+    assert!(keys.iter().any(|k| k.key == 7u32.to_le_bytes()));
+    // A rebuild from the ledger gives the same tree as incremental maintenance, after reopen too.
+    let t = b.aae_tree().unwrap();
+    b.rebuild_aae(true).unwrap();
+    assert_eq!(b.aae_tree().unwrap(), t);
+    b.close().unwrap();
+    let b = Store::open(d2.path(), Config::small_for_tests()).unwrap();
+    assert_eq!(b.aae_tree().unwrap(), t);
+    assert!(b.stats().aae_rebuilds >= 1);
+}
+
+#[test]
+fn aae_rebuild_during_concurrent_writes_matches_the_true_tree() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Arc::new(Store::open(d.path(), Config::small_for_tests()).unwrap());
+    for i in 0..5000u32 {
+        s.put(b"b", &i.to_le_bytes(), b"v", &i.to_le_bytes(), &[])
+            .unwrap();
+    }
+    let writer = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            for i in 0..5000u32 {
+                if i % 4 == 0 {
+                    s.delete(b"b", &i.to_le_bytes(), b"", &[]).unwrap();
+                } else {
+                    s.put(b"b", &(i * 3).to_le_bytes(), b"v2", b"new clock", &[])
+                        .unwrap();
+                }
+            }
+        })
+    };
+    for _ in 0..3 {
+        s.rebuild_aae(false).unwrap();
+    }
+    writer.join().unwrap();
+    let maintained = s.aae_tree().unwrap();
+    s.rebuild_aae(false).unwrap();
+    assert_eq!(maintained, s.aae_tree().unwrap());
+}

@@ -7,7 +7,7 @@ CARGO ?= cargo
 ENGINE := engine
 CRASH_KILLS ?= 50
 
-.PHONY: all deps build test demo lint fmt bench crash-soak manifests \
+.PHONY: all deps build test demo lint fmt bench bench-maintenance crash-soak manifests \
         engine-test operator-test terraform-test clean
 
 all: build
@@ -55,6 +55,10 @@ demo: deps
 ## bench: engine micro-benchmark (8 KB values: put sync off/on at 1 and 32 writers, get, head)
 bench: deps
 	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example bench
+
+## bench-maintenance: journal compaction MB/s, put p99 with/without compaction, AAE rebuild of 1M keys
+bench-maintenance: deps
+	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example bench_maintenance
 
 ## crash-soak: the SIGKILL crash test with 1000 kills
 crash-soak: deps

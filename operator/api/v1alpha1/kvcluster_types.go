@@ -1,0 +1,408 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StorageProfile selects the kind of node and volume a KVCluster runs on.
+// +kubebuilder:validation:Enum=nvme;hdd
+type StorageProfile string
+
+const (
+	// StorageNVMe places members on nodes labelled levee.io/storage=nvme with local NVMe volumes.
+	StorageNVMe StorageProfile = "nvme"
+	// StorageHDD places members on nodes labelled levee.io/storage=hdd with HDD-backed volumes.
+	StorageHDD StorageProfile = "hdd"
+)
+
+// Defaults shared by the CRD markers below and by SetDefaults (kept in step by a test).
+const (
+	DefaultReplicas            int32 = 3
+	DefaultImage                     = "levee:dev"
+	DefaultRingSize            int32 = 64
+	DefaultNVal                int32 = 3
+	DefaultStorageSize               = "100Gi"
+	DefaultJournalSegmentBytes int64 = 1073741824
+	DefaultWindowStartHour     int32 = 0
+	DefaultWindowEndHour       int32 = 6
+	DefaultRunsPerDay          int32 = 4
+	DefaultTimeZone                  = "UTC"
+	DefaultSingleFilePercent   int32 = 25
+	DefaultMaxRunPercent       int32 = 75
+	DefaultMaxRunLength        int32 = 4
+	DefaultRebuildSchedule           = "0 3 * * 0"
+	DefaultCPUTarget           int32 = 70
+	DefaultDiskBusyTarget      int32 = 80
+	// StorageNodeLabel is the node label the Terraform module sets (values nvme, hdd).
+	StorageNodeLabel = "levee.io/storage"
+)
+
+// StorageSpec describes the data volume of every member.
+// +kubebuilder:validation:XValidation:rule="!has(self.profile) || !has(oldSelf.profile) || self.profile == oldSelf.profile",message="storage.profile is immutable: members cannot move between NVMe and HDD nodes in place; create a new KVCluster and migrate the data"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || !has(oldSelf.size) || self.size == oldSelf.size",message="storage.size is immutable: StatefulSet volume claim templates cannot change; create a new KVCluster or expand the PVCs yourself"
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName is immutable: StatefulSet volume claim templates cannot change"
+type StorageSpec struct {
+	// Profile is nvme (local NVMe volumes on levee.io/storage=nvme nodes) or hdd
+	// (levee.io/storage=hdd nodes). Immutable.
+	// +kubebuilder:default=nvme
+	// +optional
+	Profile StorageProfile `json:"profile,omitempty"`
+	// StorageClassName of the data volumes. Defaults to levee-nvme or levee-hdd by profile. Immutable.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+	// Size of each member's data volume. Immutable.
+	// +kubebuilder:default="100Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+	// NodeSelector replaces the default node requirement (levee.io/storage=<profile>).
+	// Every key/value pair becomes a required node-affinity match.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+}
+
+// EngineSpec holds engine settings written to levee.toml.
+type EngineSpec struct {
+	// SyncOnWrite makes every write fdatasync the journal before it is acknowledged.
+	// +optional
+	SyncOnWrite bool `json:"syncOnWrite,omitempty"`
+	// JournalSegmentBytes is the size at which a journal segment rolls (1 MiB – 4 GiB).
+	// +kubebuilder:default=1073741824
+	// +kubebuilder:validation:XValidation:rule="self >= 1048576 && self <= 4294967296",message="engine.journalSegmentBytes must be between 1 MiB (1048576) and 4 GiB (4294967296)"
+	// +optional
+	JournalSegmentBytes int64 `json:"journalSegmentBytes,omitempty"`
+}
+
+// CompactionThresholds decide which journal runs are worth compacting (percent of live bytes).
+// +kubebuilder:validation:XValidation:rule="!has(self.singleFilePercent) || !has(self.maxRunPercent) || self.singleFilePercent <= self.maxRunPercent",message="compaction.thresholds.singleFilePercent must be less than or equal to compaction.thresholds.maxRunPercent (default 75): a single journal file must not need a higher score than a full run"
+type CompactionThresholds struct {
+	// SingleFilePercent is the score target for a run of one file.
+	// +kubebuilder:default=25
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	SingleFilePercent *int32 `json:"singleFilePercent,omitempty"`
+	// MaxRunPercent is the score target for a run of maxRunLength files.
+	// +kubebuilder:default=75
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxRunPercent *int32 `json:"maxRunPercent,omitempty"`
+	// MaxRunLength is the longest run of adjacent journal files compacted together.
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	// +optional
+	MaxRunLength int32 `json:"maxRunLength,omitempty"`
+}
+
+// CompactionSpec schedules journal compaction inside a daily window.
+type CompactionSpec struct {
+	// WindowStartHour is the first hour (0–23, in TimeZone) compaction may start.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 23",message="compaction.windowStartHour must be an hour of the day between 0 and 23"
+	// +optional
+	WindowStartHour *int32 `json:"windowStartHour,omitempty"`
+	// WindowEndHour is the hour (0–23) the window closes; it may be smaller than the
+	// start to wrap midnight (22 → 4). Equal to the start means the whole day.
+	// +kubebuilder:default=6
+	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 23",message="compaction.windowEndHour must be an hour of the day between 0 and 23 (a window may wrap midnight, e.g. 22 to 4)"
+	// +optional
+	WindowEndHour *int32 `json:"windowEndHour,omitempty"`
+	// RunsPerDay spreads this many compaction runs evenly across the window; 0 disables them.
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=96
+	// +optional
+	RunsPerDay *int32 `json:"runsPerDay,omitempty"`
+	// TimeZone (IANA name) the window hours are in.
+	// +kubebuilder:default="UTC"
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+	// Thresholds decide which runs are compacted.
+	// +kubebuilder:default={}
+	// +optional
+	Thresholds CompactionThresholds `json:"thresholds"`
+}
+
+// AntiEntropySpec schedules active anti-entropy (AAE) tree rebuilds.
+type AntiEntropySpec struct {
+	// RebuildSchedule is a 5-field cron expression; members are rebuilt one after another.
+	// +kubebuilder:default="0 3 * * 0"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^\\\\s*\\\\S+(\\\\s+\\\\S+){4}\\\\s*$') && !self.contains('TZ')",message="antiEntropy.rebuildSchedule must be a 5-field cron expression such as '0 3 * * 0' (set the time zone with antiEntropy.timeZone, not TZ=)"
+	// +optional
+	RebuildSchedule string `json:"rebuildSchedule,omitempty"`
+	// TimeZone (IANA name) of RebuildSchedule.
+	// +kubebuilder:default="UTC"
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+	// JournalCheck makes the rebuild also verify that every ledger entry is present in the journal.
+	// +optional
+	JournalCheck bool `json:"journalCheck,omitempty"`
+}
+
+// AutoscalingSpec configures the CPU-versus-disk autoscaler (see internal/autoscale, later issue).
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || has(self.prometheusURL)",message="autoscaling.prometheusURL is required when autoscaling.enabled is true: the autoscaler reads CPU and disk busyness from Prometheus"
+type AutoscalingSpec struct {
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+	// +kubebuilder:default=12
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+	// PrometheusURL the autoscaler queries, e.g. http://prometheus.monitoring:9090.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +optional
+	PrometheusURL string `json:"prometheusURL,omitempty"`
+	// CPUTarget is the CPU busyness (percent of the CPU limit) above which a node counts as CPU-bound.
+	// +kubebuilder:default=70
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	CPUTarget int32 `json:"cpuTarget,omitempty"`
+	// DiskBusyTarget is the disk busyness (percent of time the device is busy) above which a node counts as disk-bound.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	DiskBusyTarget int32 `json:"diskBusyTarget,omitempty"`
+	// ScaleUpStabilization is how long a bottleneck must persist before scaling out.
+	// +kubebuilder:default="5m"
+	// +optional
+	ScaleUpStabilization *metav1.Duration `json:"scaleUpStabilization,omitempty"`
+	// ScaleDownStabilization is how long the cluster must be idle before scaling in.
+	// +kubebuilder:default="30m"
+	// +optional
+	ScaleDownStabilization *metav1.Duration `json:"scaleDownStabilization,omitempty"`
+}
+
+// IssuerRef names a cert-manager issuer.
+type IssuerRef struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +kubebuilder:default=Issuer
+	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +kubebuilder:default="cert-manager.io"
+	// +optional
+	Group string `json:"group,omitempty"`
+}
+
+// TLSSpec enables TLS on the gRPC port.
+type TLSSpec struct {
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// IssuerRef signs the member certificate. Empty: the operator creates a self-signed CA
+	// Issuer for this cluster (requires cert-manager).
+	// +optional
+	IssuerRef *IssuerRef `json:"issuerRef,omitempty"`
+}
+
+// MonitoringSpec controls the Prometheus Operator objects (created only when its CRDs exist).
+type MonitoringSpec struct {
+	// +kubebuilder:default=true
+	// +optional
+	ServiceMonitor *bool `json:"serviceMonitor,omitempty"`
+	// +kubebuilder:default=true
+	// +optional
+	PrometheusRule *bool `json:"prometheusRule,omitempty"`
+}
+
+// SchedulingSpec holds extra pod placement settings.
+type SchedulingSpec struct {
+	// NodeSelector is added to the member pods (in addition to the storage node requirement).
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// TopologySpreadConstraints replace the default spread (zones: best effort, hosts: required).
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// TerminationGracePeriodSeconds lets a member hand off and flush before it is killed.
+	// +kubebuilder:default=120
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+}
+
+// KVClusterSpec is the desired state of a levee cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.nVal) || !has(self.replicas) || self.nVal <= self.replicas",message="nVal must be less than or equal to replicas: every key is stored on nVal distinct members, so a cluster needs at least nVal members"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.enabled) || !self.autoscaling.enabled || self.autoscaling.minReplicas >= self.nVal",message="autoscaling.minReplicas must be at least nVal so every key keeps nVal distinct members"
+type KVClusterSpec struct {
+	// Replicas is the number of members (levee nodes).
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// Image of the levee node.
+	// +kubebuilder:default="levee:dev"
+	// +optional
+	Image string `json:"image,omitempty"`
+	// +kubebuilder:default=IfNotPresent
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// RingSize is the number of partitions: a power of two from 8 to 4096. Immutable.
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:XValidation:rule="self in [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]",message="ringSize must be a power of two between 8 and 4096, such as 64 or 128"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ringSize is immutable: changing it would move every key to a new partition; create a new KVCluster and migrate"
+	// +optional
+	RingSize int32 `json:"ringSize,omitempty"`
+	// NVal is the number of replicas of every key (on distinct members).
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=7
+	// +optional
+	NVal int32 `json:"nVal,omitempty"`
+	// +kubebuilder:default={}
+	// +optional
+	Storage StorageSpec `json:"storage"`
+	// Resources of the levee container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// +kubebuilder:default={}
+	// +optional
+	Engine EngineSpec `json:"engine"`
+	// +kubebuilder:default={}
+	// +optional
+	Compaction CompactionSpec `json:"compaction"`
+	// +kubebuilder:default={}
+	// +optional
+	AntiEntropy AntiEntropySpec `json:"antiEntropy"`
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+	// +optional
+	TLS TLSSpec `json:"tls,omitempty"`
+	// +kubebuilder:default={}
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring"`
+	// +kubebuilder:default={}
+	// +optional
+	Scheduling SchedulingSpec `json:"scheduling"`
+}
+
+// Bottleneck classifies what limits the cluster.
+// +kubebuilder:validation:Enum=cpu;disk;none
+type Bottleneck string
+
+// AutoscalerStatus explains the last autoscaler decision.
+type AutoscalerStatus struct {
+	// +optional
+	Bottleneck Bottleneck `json:"bottleneck,omitempty"`
+	// CPU busyness, percent of the CPU limit.
+	// +optional
+	CPU int32 `json:"cpu,omitempty"`
+	// DiskBusy, percent of time the data device is busy.
+	// +optional
+	DiskBusy int32 `json:"diskBusy,omitempty"`
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+}
+
+// Condition types reported in status.conditions.
+const (
+	ConditionAvailable   = "Available"
+	ConditionProgressing = "Progressing"
+	ConditionDegraded    = "Degraded"
+	// ConditionMonitoring is False when the Prometheus Operator CRDs are missing.
+	ConditionMonitoring = "MonitoringReady"
+	// ConditionTLS is False when TLS is enabled but cert-manager CRDs are missing.
+	ConditionTLS = "TLSReady"
+)
+
+// Phases reported in status.phase.
+const (
+	PhaseCreating = "Creating"
+	PhaseRunning  = "Running"
+	PhaseScaling  = "Scaling"
+	PhaseUpdating = "Updating"
+	PhaseDegraded = "Degraded"
+)
+
+// KVClusterStatus is the observed state of a levee cluster.
+type KVClusterStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Replicas is the number of member pods the StatefulSet runs (the /scale status).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// Selector is the label selector of the member pods (for /scale and HPA).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Members is the settled ring membership (gRPC addresses).
+	// +optional
+	Members []string `json:"members,omitempty"`
+	// RingVersion increases every time Members changes.
+	// +optional
+	RingVersion int64 `json:"ringVersion,omitempty"`
+	// RingChangeInProgress is true while the desired membership differs from Members;
+	// scale-in is refused meanwhile.
+	// +optional
+	RingChangeInProgress bool `json:"ringChangeInProgress,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastCompaction is the last successful journal-compaction Job.
+	// +optional
+	LastCompaction *metav1.Time `json:"lastCompaction,omitempty"`
+	// LastAAERebuild is the last successful AAE-rebuild Job.
+	// +optional
+	LastAAERebuild *metav1.Time `json:"lastAAERebuild,omitempty"`
+	// +optional
+	Autoscaler *AutoscalerStatus `json:"autoscaler,omitempty"`
+}
+
+// KVCluster is a levee key-value cluster.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=kvc,categories=levee
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="KVCluster names are limited to 40 characters so that child names such as <name>-compact-0 and <name>-aae-rebuild fit Kubernetes limits"
+// Scale-in is refused while a ring change runs: either the operator reports one, or the
+// stored replicas already differ from the settled membership (a change the operator has
+// not picked up yet).
+// +kubebuilder:validation:XValidation:rule="self.spec.replicas >= oldSelf.spec.replicas || !has(oldSelf.status) || ((!has(oldSelf.status.ringChangeInProgress) || !oldSelf.status.ringChangeInProgress) && (!has(oldSelf.status.members) || size(oldSelf.status.members) == oldSelf.spec.replicas))",message="cannot scale in while a ring change is in progress (the membership in status.members has not caught up with spec.replicas yet): wait until the current membership change has finished, then lower replicas"
+type KVCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	Spec   KVClusterSpec   `json:"spec,omitempty"`
+	Status KVClusterStatus `json:"status,omitempty"`
+}
+
+// KVClusterList contains a list of KVCluster.
+// +kubebuilder:object:root=true
+type KVClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KVCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&KVCluster{}, &KVClusterList{})
+}

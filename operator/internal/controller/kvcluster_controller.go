@@ -1,0 +1,300 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+)
+
+// KVClusterReconciler applies the desired children of a KVCluster and reports status.
+type KVClusterReconciler struct {
+	client.Client
+	Scheme    *runtime.Scheme
+	Discovery discovery.DiscoveryInterface
+	// Recorder emits Events explaining ring changes and errors (nil: none).
+	Recorder record.EventRecorder
+	// Now is the clock (tests may pin it); nil means time.Now.
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;prometheusrules,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;certificates,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+
+// Reconcile is a thin wrapper: apply children, compute status, patch status once.
+func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var c kvv1.KVCluster
+	if err := r.Get(ctx, req.NamespacedName, &c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // children carry owner references; the garbage collector removes them
+	}
+	orig := c.DeepCopy()
+	kvv1.SetDefaults(&c) // the API server already defaulted; this guards builders against old objects
+
+	obs := r.applyChildren(ctx, &c)
+	now := metav1.NewTime(r.now())
+	status := ComputeStatus(&c, obs, now)
+	r.explain(orig, status, obs)
+	if !equality.Semantic.DeepEqual(orig.Status, status) {
+		patched := orig.DeepCopy()
+		patched.Status = status
+		if err := r.Status().Patch(ctx, patched, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("cannot patch status of KVCluster %s: %w", req.NamespacedName, err)
+		}
+	}
+	if obs.ApplyErr != nil {
+		return ctrl.Result{}, obs.ApplyErr
+	}
+	return ctrl.Result{}, nil
+}
+
+// explain records Events for what changed in this reconcile.
+func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus, obs Observed) {
+	if r.Recorder == nil {
+		return
+	}
+	if !c.Status.RingChangeInProgress && st.RingChangeInProgress {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChangeStarted",
+			"membership changing from %d to %d members; scale-in is refused until it completes", len(st.Members), c.Spec.Replicas)
+	}
+	if st.RingVersion != c.Status.RingVersion {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChanged",
+			"ring membership settled at %d members (ring version %d)", len(st.Members), st.RingVersion)
+	}
+	if obs.ApplyErr != nil {
+		r.Recorder.Event(c, corev1.EventTypeWarning, ReasonReconcileError, obs.ApplyErr.Error())
+	}
+}
+
+func (r *KVClusterReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// apply server-side-applies obj as owned (controller=true, blockOwnerDeletion=true) by c.
+// Forcing ownership takes fields back from anyone who edited them: that is the drift correction.
+func (r *KVClusterReconciler) apply(ctx context.Context, c *kvv1.KVCluster, obj client.Object) error {
+	if err := controllerutil.SetControllerReference(c, obj, r.Scheme); err != nil {
+		return fmt.Errorf("cannot set owner of %s: %w", obj.GetName(), err)
+	}
+	if err := r.Patch(ctx, obj, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("cannot apply %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+	}
+	return nil
+}
+
+func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVCluster) Observed {
+	var obs Observed
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	add(r.apply(ctx, c, BuildConfigMap(c)))
+	add(r.apply(ctx, c, BuildHeadlessService(c)))
+	add(r.apply(ctx, c, BuildClientService(c)))
+	sts := BuildStatefulSet(c)
+	if err := r.apply(ctx, c, sts); err != nil {
+		add(err)
+		current := &appsv1.StatefulSet{}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(sts), current); err == nil {
+			obs.StatefulSet = current
+		}
+	} else {
+		obs.StatefulSet = sts // the apply response carries the live status
+	}
+	add(r.apply(ctx, c, BuildPDB(c)))
+
+	// Maintenance CronJobs.
+	compactions, err := BuildCompactionCronJobs(c)
+	add(err)
+	keep := map[string]bool{}
+	for _, cj := range compactions {
+		keep[cj.Name] = true
+		if err := r.apply(ctx, c, cj); err != nil {
+			add(err)
+			continue
+		}
+		obs.LastCompaction = latest(obs.LastCompaction, cj.Status.LastSuccessfulTime)
+	}
+	add(r.pruneCronJobs(ctx, c, MaintenanceCompaction, keep))
+	aae := BuildAAECronJob(c)
+	if err := r.apply(ctx, c, aae); err != nil {
+		add(err)
+	} else {
+		obs.LastAAERebuild = aae.Status.LastSuccessfulTime
+	}
+
+	// Optional integrations, detected at every reconcile (CRDs may come and go).
+	mon, err := r.served(schema.GroupVersion{Group: "monitoring.coreos.com", Version: "v1"}, "servicemonitors", "prometheusrules")
+	add(err)
+	obs.MonitoringCRDs = mon
+	if mon {
+		add(r.applyOrDelete(ctx, c, BuildServiceMonitor(c), boolOr(c.Spec.Monitoring.ServiceMonitor, true)))
+		add(r.applyOrDelete(ctx, c, BuildPrometheusRule(c), boolOr(c.Spec.Monitoring.PrometheusRule, true)))
+	}
+	cm, err := r.served(schema.GroupVersion{Group: "cert-manager.io", Version: "v1"}, "certificates", "issuers")
+	add(err)
+	obs.CertManagerCRDs = cm
+	if cm && c.Spec.TLS.Enabled {
+		for _, o := range BuildTLSObjects(c) {
+			add(r.apply(ctx, c, o))
+		}
+	}
+	obs.ApplyErr = errors.Join(errs...)
+	return obs
+}
+
+func latest(a, b *metav1.Time) *metav1.Time {
+	if a == nil || (b != nil && b.After(a.Time)) {
+		return b
+	}
+	return a
+}
+
+// applyOrDelete applies obj when wanted, otherwise deletes it if this cluster owns it.
+func (r *KVClusterReconciler) applyOrDelete(ctx context.Context, c *kvv1.KVCluster, obj *unstructured.Unstructured, want bool) error {
+	if want {
+		return r.apply(ctx, c, obj)
+	}
+	current := &unstructured.Unstructured{}
+	current.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := r.Get(ctx, client.ObjectKeyFromObject(obj), current); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(current, c) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, current))
+}
+
+// pruneCronJobs deletes maintenance CronJobs of this cluster that are no longer desired
+// (e.g. the compaction window now needs fewer cron expressions).
+func (r *KVClusterReconciler) pruneCronJobs(ctx context.Context, c *kvv1.KVCluster, kind string, keep map[string]bool) error {
+	var list batchv1.CronJobList
+	if err := r.List(ctx, &list, client.InNamespace(c.Namespace),
+		client.MatchingLabels{labelInstance: c.Name, LabelMaintenance: kind}); err != nil {
+		return fmt.Errorf("cannot list %s CronJobs: %w", kind, err)
+	}
+	for i := range list.Items {
+		cj := &list.Items[i]
+		if keep[cj.Name] || !metav1.IsControlledBy(cj, c) {
+			continue
+		}
+		if err := r.Delete(ctx, cj); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("cannot delete stale CronJob %s: %w", cj.Name, err)
+		}
+	}
+	return nil
+}
+
+// served reports whether the API server serves all the named resources of gv.
+func (r *KVClusterReconciler) served(gv schema.GroupVersion, resources ...string) (bool, error) {
+	list, err := r.Discovery.ServerResourcesForGroupVersion(gv.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("cannot discover %s: %w", gv, err)
+	}
+	have := map[string]bool{}
+	for _, res := range list.APIResources {
+		have[res.Name] = true
+	}
+	for _, n := range resources {
+		if !have[n] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// optionalGroups are the API groups whose CRDs toggle optional integrations.
+var optionalGroups = map[string]bool{"monitoring.coreos.com": true, "cert-manager.io": true}
+
+// enqueueAll maps a CRD event of an optional group to every KVCluster, so
+// installing the Prometheus Operator or cert-manager takes effect at once.
+func (r *KVClusterReconciler) enqueueAll(ctx context.Context, obj client.Object) []reconcile.Request {
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok || !optionalGroups[crd.Spec.Group] {
+		return nil
+	}
+	var list kvv1.KVClusterList
+	if err := r.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "cannot list KVClusters after a CRD change")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	}
+	return out
+}
+
+// SetupWithManager registers the controller.
+func (r *KVClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Discovery == nil {
+		d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("cannot create discovery client: %w", err)
+		}
+		r.Discovery = d
+	}
+	optionalCRD := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
+		return ok && optionalGroups[crd.Spec.Group]
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&kvv1.KVCluster{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&batchv1.CronJob{}).
+		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.enqueueAll),
+			builder.WithPredicates(optionalCRD)).
+		Named("kvcluster").
+		Complete(r)
+}

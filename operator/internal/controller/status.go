@@ -1,0 +1,170 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+)
+
+// Observed is what one reconcile saw and did; ComputeStatus turns it into status.
+type Observed struct {
+	// StatefulSet as read back after applying (nil if it does not exist).
+	StatefulSet *appsv1.StatefulSet
+	// ApplyErr is the first error applying children (nil when all were applied).
+	ApplyErr error
+	// MonitoringCRDs / CertManagerCRDs tell whether the optional CRDs are installed.
+	MonitoringCRDs  bool
+	CertManagerCRDs bool
+	// Last successful maintenance Jobs (from the CronJobs' status).
+	LastCompaction, LastAAERebuild *metav1.Time
+}
+
+// Condition reasons.
+const (
+	ReasonMembersReady        = "MembersReady"
+	ReasonMembersNotReady     = "MembersNotReady"
+	ReasonForming             = "Forming"
+	ReasonRollingOut          = "RollingOut"
+	ReasonRingChange          = "RingChange"
+	ReasonRolloutComplete     = "RolloutComplete"
+	ReasonReconcileError      = "ReconcileError"
+	ReasonAsExpected          = "AsExpected"
+	ReasonPrometheusOpMissing = "PrometheusOperatorNotInstalled"
+	ReasonCertManagerMissing  = "CertManagerNotInstalled"
+	ReasonCreated             = "Created"
+	ReasonDisabled            = "Disabled"
+)
+
+// rolloutApplied: the StatefulSet controller has observed the latest spec and runs
+// the desired number of up-to-date pods (ready or not).
+func rolloutApplied(c *kvv1.KVCluster, sts *appsv1.StatefulSet) bool {
+	return sts != nil && sts.Status.ObservedGeneration >= sts.Generation &&
+		sts.Status.Replicas == c.Spec.Replicas && sts.Status.UpdatedReplicas == c.Spec.Replicas
+}
+
+// ComputeStatus derives the new status from the current one and what the reconcile observed.
+// Membership: status.members is the settled ring. It is set when the cluster first
+// has all members ready; afterwards a different desired member list is a ring
+// change in progress until the StatefulSet has rolled out and every member is ready.
+func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClusterStatus {
+	st := *c.Status.DeepCopy()
+	spec := c.Spec
+	st.ObservedGeneration = c.Generation
+	st.Selector = Selector(c)
+	st.Replicas, st.ReadyReplicas = 0, 0
+	if sts := obs.StatefulSet; sts != nil {
+		st.Replicas = sts.Status.Replicas
+		st.ReadyReplicas = sts.Status.ReadyReplicas
+	}
+	applied := rolloutApplied(c, obs.StatefulSet)
+	settled := applied && st.ReadyReplicas == spec.Replicas
+
+	desired := MemberAddresses(c, spec.Replicas)
+	forming := len(st.Members) == 0
+	switch {
+	case forming && settled:
+		st.Members, st.RingVersion, st.RingChangeInProgress = desired, st.RingVersion+1, false
+		forming = false
+	case forming:
+		st.RingChangeInProgress = false
+	case !slices.Equal(st.Members, desired) && settled:
+		st.Members, st.RingVersion, st.RingChangeInProgress = desired, st.RingVersion+1, false
+	default:
+		st.RingChangeInProgress = !slices.Equal(st.Members, desired)
+	}
+
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: now,
+		})
+	}
+
+	need := max(1, spec.Replicas-1)
+	readyMsg := fmt.Sprintf("%d of %d members ready (at least %d needed)", st.ReadyReplicas, spec.Replicas, need)
+	if st.ReadyReplicas >= need {
+		set(kvv1.ConditionAvailable, true, ReasonMembersReady, readyMsg)
+	} else {
+		set(kvv1.ConditionAvailable, false, ReasonMembersNotReady, readyMsg)
+	}
+
+	switch {
+	case forming:
+		set(kvv1.ConditionProgressing, true, ReasonForming, "waiting for all members to be ready for the first time: "+readyMsg)
+	case st.RingChangeInProgress:
+		set(kvv1.ConditionProgressing, true, ReasonRingChange,
+			fmt.Sprintf("ring membership changing from %d to %d members; scale-in is refused until it completes", len(st.Members), spec.Replicas))
+	case !applied:
+		set(kvv1.ConditionProgressing, true, ReasonRollingOut, "StatefulSet rollout in progress")
+	default:
+		set(kvv1.ConditionProgressing, false, ReasonRolloutComplete, "all members run the desired spec")
+	}
+
+	degraded := false
+	switch {
+	case obs.ApplyErr != nil:
+		degraded = true
+		set(kvv1.ConditionDegraded, true, ReasonReconcileError, obs.ApplyErr.Error())
+	case applied && !forming && !st.RingChangeInProgress && st.ReadyReplicas < spec.Replicas:
+		degraded = true
+		set(kvv1.ConditionDegraded, true, ReasonMembersNotReady, readyMsg)
+	default:
+		set(kvv1.ConditionDegraded, false, ReasonAsExpected, "no errors; "+readyMsg)
+	}
+
+	wantMon := boolOr(spec.Monitoring.ServiceMonitor, true) || boolOr(spec.Monitoring.PrometheusRule, true)
+	switch {
+	case !wantMon:
+		set(kvv1.ConditionMonitoring, true, ReasonDisabled, "monitoring.serviceMonitor and monitoring.prometheusRule are false")
+	case obs.MonitoringCRDs:
+		set(kvv1.ConditionMonitoring, true, ReasonCreated, "ServiceMonitor/PrometheusRule applied")
+	default:
+		set(kvv1.ConditionMonitoring, false, ReasonPrometheusOpMissing,
+			"the Prometheus Operator CRDs (monitoring.coreos.com/v1 ServiceMonitor, PrometheusRule) are not installed, so no ServiceMonitor or PrometheusRule was created; install the Prometheus Operator to get them")
+	}
+
+	switch {
+	case !spec.TLS.Enabled:
+		meta.RemoveStatusCondition(&st.Conditions, kvv1.ConditionTLS)
+	case obs.CertManagerCRDs:
+		set(kvv1.ConditionTLS, true, ReasonCreated, fmt.Sprintf("cert-manager Certificate %s applied (Secret %s)", CertificateName(c), TLSSecretName(c)))
+	default:
+		set(kvv1.ConditionTLS, false, ReasonCertManagerMissing,
+			fmt.Sprintf("tls.enabled is true but the cert-manager CRDs (cert-manager.io/v1 Certificate, Issuer) are not installed: install cert-manager, or create Secret %s (tls.crt, tls.key, ca.crt) yourself; members wait for it", TLSSecretName(c)))
+	}
+
+	switch {
+	case degraded:
+		st.Phase = kvv1.PhaseDegraded
+	case forming:
+		st.Phase = kvv1.PhaseCreating
+	case st.RingChangeInProgress:
+		st.Phase = kvv1.PhaseScaling
+	case !applied:
+		st.Phase = kvv1.PhaseUpdating
+	default:
+		st.Phase = kvv1.PhaseRunning
+	}
+	if obs.LastCompaction != nil {
+		st.LastCompaction = obs.LastCompaction
+	}
+	if obs.LastAAERebuild != nil {
+		st.LastAAERebuild = obs.LastAAERebuild
+	}
+	return st
+}
+
+func boolOr(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}

@@ -1,0 +1,173 @@
+package envtest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+	"github.com/levee-io/levee/operator/internal/controller"
+)
+
+// TestScaleAndRingChange walks a cluster through formation, `kubectl scale` through
+// the /scale subresource, a ring change, a refused scale-in and an accepted one.
+func TestScaleAndRingChange(t *testing.T) {
+	ns := newNamespace(t)
+	createCluster(t, ns, "sc", nil)
+	waitFor(t, &appsv1.StatefulSet{}, ns, "sc")
+
+	// All 3 members ready: the ring forms, the cluster is Available and Running.
+	markStatefulSetReady(t, ns, "sc", 3)
+	c := waitCondition(t, ns, "sc", kvv1.ConditionAvailable, metav1.ConditionTrue, controller.ReasonMembersReady)
+	eventually(t, "phase Running with 3 members", func() error {
+		c = getCluster(t, ns, "sc")
+		if c.Status.Phase != kvv1.PhaseRunning || len(c.Status.Members) != 3 || c.Status.RingVersion != 1 || c.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("status %s", dump(c.Status))
+		}
+		return nil
+	})
+
+	// Printer columns.
+	out, err := kubectl("get", "kvclusters", "-n", ns)
+	if err != nil {
+		t.Fatalf("kubectl get: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME REPLICAS READY PHASE AGE" ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "sc 3 3 Running ") {
+		t.Errorf("kubectl get kvclusters:\n%s", out)
+	}
+
+	// kubectl scale goes through /scale; the operator grows the StatefulSet and membership list.
+	if out, err := kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=5"); err != nil {
+		t.Fatalf("kubectl scale: %v\n%s", err, out)
+	}
+	if got := getCluster(t, ns, "sc").Spec.Replicas; got != 5 {
+		t.Fatalf("spec.replicas after kubectl scale = %d, want 5", got)
+	}
+	// Undoing at once is a scale-in during the change: refused even before the operator
+	// has reconciled (the stored members no longer match the stored replicas).
+	if out, err := kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=3"); err == nil || !strings.Contains(out, "cannot scale in while a ring change is in progress") {
+		t.Fatalf("immediate scale-in after scale-out: err=%v\n%s", err, out)
+	}
+	eventually(t, "StatefulSet and member list at 5", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sc"}, sts); err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sc-config"}, cm); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 5 || strings.Count(cm.Data["members"], "\n") != 5 {
+			return fmt.Errorf("sts replicas %d, members %q", *sts.Spec.Replicas, cm.Data["members"])
+		}
+		return nil
+	})
+	// Only 3 of 5 ready: the ring change is in progress.
+	markStatefulSetReady(t, ns, "sc", 3)
+	eventually(t, "ring change in progress with 5 pods, 3 ready", func() error {
+		c = getCluster(t, ns, "sc")
+		if !c.Status.RingChangeInProgress || c.Status.Phase != kvv1.PhaseScaling || c.Status.Replicas != 5 || c.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("status %s", dump(c.Status))
+		}
+		return nil
+	})
+	waitCondition(t, ns, "sc", kvv1.ConditionProgressing, metav1.ConditionTrue, controller.ReasonRingChange)
+
+	// The /scale subresource reports the selector and the observed replicas.
+	scale := &autoscalingv1.Scale{}
+	if err := k8sClient.SubResource("scale").Get(ctx, c, scale); err != nil {
+		t.Fatalf("get /scale: %v", err)
+	}
+	if scale.Spec.Replicas != 5 || scale.Status.Replicas != 5 || scale.Status.Selector != controller.Selector(c) {
+		t.Errorf("/scale = %s", dump(scale))
+	}
+
+	// Scale-in is refused while the ring change runs (kubectl and the client both go through /scale).
+	out, err = kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=4")
+	if err == nil || !strings.Contains(out, "cannot scale in while a ring change is in progress") {
+		t.Fatalf("scale-in during ring change: err=%v\n%s", err, out)
+	}
+	expectInvalid(t, updateCluster(t, ns, "sc", func(c *kvv1.KVCluster) { c.Spec.Replicas = 3 }),
+		"cannot scale in while a ring change is in progress")
+	// Scaling out further is allowed meanwhile.
+	if out, err := kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=6"); err != nil {
+		t.Fatalf("scale-out during ring change refused: %v\n%s", err, out)
+	}
+
+	// All 6 ready: the ring settles at version 2 and scale-in is accepted again.
+	eventually(t, "StatefulSet at 6", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sc"}, sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 6 {
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	markStatefulSetReady(t, ns, "sc", 6)
+	eventually(t, "ring settled at 6 members", func() error {
+		c = getCluster(t, ns, "sc")
+		if c.Status.RingChangeInProgress || len(c.Status.Members) != 6 || c.Status.RingVersion != 2 || c.Status.Phase != kvv1.PhaseRunning {
+			return fmt.Errorf("status %s", dump(c.Status))
+		}
+		return nil
+	})
+	if out, err := kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=4"); err != nil {
+		t.Fatalf("scale-in after the ring settled: %v\n%s", err, out)
+	}
+	// Every ring decision is explained by an Event on the KVCluster.
+	eventually(t, "ring Events", func() error {
+		var evs corev1.EventList
+		if err := k8sClient.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		seen := map[string]string{}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "KVCluster" && e.InvolvedObject.Name == "sc" {
+				seen[e.Reason] = e.Message
+			}
+		}
+		if !strings.Contains(seen["RingChanged"], "ring membership settled at") || !strings.Contains(seen["RingChangeStarted"], "scale-in is refused") {
+			return fmt.Errorf("events = %v", seen)
+		}
+		return nil
+	})
+	// nVal (3) <= replicas is enforced through /scale too.
+	out, err = kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=2")
+	if err == nil || !strings.Contains(out, "nVal must be less than or equal to replicas") {
+		t.Fatalf("scale below nVal: err=%v\n%s", err, out)
+	}
+}
+
+// TestDegradedWhenMembersNotReady: a rolled-out cluster with a member down is Degraded
+// but still Available (one member may be down).
+func TestDegradedWhenMembersNotReady(t *testing.T) {
+	ns := newNamespace(t)
+	createCluster(t, ns, "dg", nil)
+	waitFor(t, &appsv1.StatefulSet{}, ns, "dg")
+	markStatefulSetReady(t, ns, "dg", 3)
+	eventually(t, "phase Running", func() error {
+		if c := getCluster(t, ns, "dg"); c.Status.Phase != kvv1.PhaseRunning {
+			return fmt.Errorf("phase %s", c.Status.Phase)
+		}
+		return nil
+	})
+	waitCondition(t, ns, "dg", kvv1.ConditionDegraded, metav1.ConditionFalse, controller.ReasonAsExpected)
+	markStatefulSetReady(t, ns, "dg", 2)
+	c := waitCondition(t, ns, "dg", kvv1.ConditionDegraded, metav1.ConditionTrue, controller.ReasonMembersNotReady)
+	if c.Status.Phase != kvv1.PhaseDegraded {
+		t.Errorf("phase = %s", c.Status.Phase)
+	}
+	waitCondition(t, ns, "dg", kvv1.ConditionAvailable, metav1.ConditionTrue, controller.ReasonMembersReady)
+	markStatefulSetReady(t, ns, "dg", 1)
+	waitCondition(t, ns, "dg", kvv1.ConditionAvailable, metav1.ConditionFalse, controller.ReasonMembersNotReady)
+}

@@ -1,0 +1,235 @@
+# Plan-only tests with a mocked AWS provider: no credentials, no network. They check what the module
+# would create and that bad input is refused with its message.
+
+mock_provider "aws" {
+  # Policy documents are computed by the provider; give the mock a valid one so roles plan.
+  mock_data "aws_iam_policy_document" {
+    defaults = {
+      json = "{\"Version\":\"2012-10-17\",\"Statement\":[]}"
+    }
+  }
+}
+
+variables {
+  name               = "levee-test"
+  availability_zones = ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+  node_groups = {
+    nvme = {
+      profile = "nvme"
+    }
+    hdd = {
+      profile        = "hdd"
+      instance_types = ["d3en.2xlarge"]
+      min_size       = 2
+      desired_size   = 4
+      max_size       = 8
+      taint          = true
+      labels         = { tier = "cold" }
+    }
+  }
+}
+
+run "node_groups_per_profile" {
+  command = plan
+
+  assert {
+    condition     = aws_eks_node_group.group["nvme"].instance_types == tolist(["i4i.2xlarge", "i3en.2xlarge"])
+    error_message = "nvme groups default to i4i/i3en instance types"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["hdd"].instance_types == tolist(["d3en.2xlarge"])
+    error_message = "explicit instance types are used as given"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["nvme"].labels["levee.io/storage"] == "nvme" && aws_eks_node_group.group["hdd"].labels["levee.io/storage"] == "hdd"
+    error_message = "nodes carry levee.io/storage=<profile>, the label a KVCluster selects"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["hdd"].labels["tier"] == "cold"
+    error_message = "extra labels are kept"
+  }
+  assert {
+    condition     = length(aws_eks_node_group.group["nvme"].taint) == 0
+    error_message = "groups are untainted unless asked"
+  }
+  assert {
+    condition     = one(aws_eks_node_group.group["hdd"].taint).key == "levee.io/storage" && one(aws_eks_node_group.group["hdd"].taint).value == "hdd" && one(aws_eks_node_group.group["hdd"].taint).effect == "NO_SCHEDULE"
+    error_message = "taint = true adds levee.io/storage=hdd:NoSchedule"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["nvme"].scaling_config[0].min_size == 3 && aws_eks_node_group.group["nvme"].scaling_config[0].desired_size == 3 && aws_eks_node_group.group["nvme"].scaling_config[0].max_size == 6
+    error_message = "default sizes are 3/3/6"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["hdd"].scaling_config[0].min_size == 2 && aws_eks_node_group.group["hdd"].scaling_config[0].desired_size == 4 && aws_eks_node_group.group["hdd"].scaling_config[0].max_size == 8
+    error_message = "sizes are passed through"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["hdd"].update_config[0].max_unavailable == 1
+    error_message = "storage nodes are replaced one at a time"
+  }
+  assert {
+    condition     = length(aws_subnet.private) == 3 && length(aws_subnet.public) == 3 && length(aws_nat_gateway.this) == 1
+    error_message = "a new VPC gets a private and a public subnet per zone and one NAT gateway"
+  }
+  assert {
+    condition     = output.storage["hdd"].storageClassName == "levee-hdd" && output.storage["nvme"].storageClassName == "levee-nvme" && output.storage["nvme"].nodeLabel == "levee.io/storage=nvme"
+    error_message = "the storage output tells what to put in a KVCluster"
+  }
+  assert {
+    condition     = strcontains(output.storage_class_manifests, "name: levee-nvme") && strcontains(output.storage_class_manifests, "name: levee-hdd") && strcontains(output.storage_class_manifests, "WaitForFirstConsumer")
+    error_message = "storage classes for the local volumes are rendered"
+  }
+  assert {
+    condition     = output.kubeconfig_command == "aws eks update-kubeconfig --name levee-test"
+    error_message = "kubeconfig command names the cluster"
+  }
+}
+
+run "user_data_prepares_the_disks" {
+  command = plan
+
+  assert {
+    condition = alltrue([for step in [
+      "Amazon_EC2_NVMe_Instance_Storage",
+      "mdadm --create",
+      "--level=0",
+      "mkfs.xfs",
+      "mount -o noatime",
+      "DISCOVERY=\"/mnt/levee-disks\"",
+      "mount --bind",
+      "echo none >",
+      "transparent_hugepage/enabled",
+    ] : strcontains(base64decode(aws_launch_template.group["nvme"].user_data), step)])
+    error_message = "nvme user data finds the instance-store disks, builds RAID0, formats XFS, mounts noatime, exposes the mount, sets the none scheduler and turns THP off"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "echo mq-deadline >") && !strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "echo none >")
+    error_message = "hdd nodes use the mq-deadline scheduler"
+  }
+  assert {
+    condition     = startswith(base64decode(aws_launch_template.group["nvme"].user_data), "MIME-Version: 1.0")
+    error_message = "EKS launch-template user data must be MIME multipart"
+  }
+  assert {
+    condition     = aws_launch_template.group["nvme"].metadata_options[0].http_tokens == "required"
+    error_message = "IMDSv2 only"
+  }
+}
+
+run "security_groups_are_scoped_to_the_cluster" {
+  command = plan
+
+  assert {
+    condition     = aws_vpc_security_group_ingress_rule.levee_from_cluster["grpc"].from_port == 8087 && aws_vpc_security_group_ingress_rule.levee_from_cluster["metrics"].from_port == 8098 && aws_vpc_security_group_ingress_rule.levee_from_cluster["webhook"].from_port == 9443
+    error_message = "levee gRPC, metrics and webhook ports are opened"
+  }
+  assert {
+    condition     = alltrue([for r in values(aws_vpc_security_group_ingress_rule.levee_from_cluster) : r.cidr_ipv4 == null && r.cidr_ipv6 == null])
+    error_message = "node ports admit security groups only, never CIDR ranges"
+  }
+  assert {
+    condition     = aws_vpc_security_group_ingress_rule.node_self.cidr_ipv4 == null && aws_vpc_security_group_ingress_rule.api_from_nodes.cidr_ipv4 == null
+    error_message = "node-to-node and node-to-API rules are scoped to security groups"
+  }
+  assert {
+    condition     = aws_eks_cluster.this.vpc_config[0].endpoint_public_access == false
+    error_message = "the API endpoint is private unless public CIDRs are given"
+  }
+  assert {
+    condition     = length(aws_iam_role.operator) == 1 && length(aws_iam_openid_connect_provider.this) == 1
+    error_message = "IRSA role for the operator is created by default"
+  }
+}
+
+run "existing_vpc" {
+  command = plan
+
+  variables {
+    create_vpc = false
+    vpc_id     = "vpc-0123"
+    subnet_ids = ["subnet-a", "subnet-b"]
+    node_groups = {
+      nvme = {
+        profile    = "nvme"
+        subnet_ids = ["subnet-a"]
+      }
+    }
+    operator_irsa = { enabled = false }
+  }
+
+  assert {
+    condition     = length(aws_vpc.this) == 0 && length(aws_subnet.private) == 0
+    error_message = "no VPC is created when one is given"
+  }
+  assert {
+    condition     = aws_eks_cluster.this.vpc_config[0].subnet_ids == toset(["subnet-a", "subnet-b"])
+    error_message = "the cluster uses the given subnets"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["nvme"].subnet_ids == toset(["subnet-a"])
+    error_message = "a group can be pinned to some zones"
+  }
+  assert {
+    condition     = length(aws_iam_role.operator) == 0
+    error_message = "IRSA can be turned off"
+  }
+}
+
+run "unknown_profile_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { ssd = { profile = "ssd" } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "min_above_max_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", min_size = 5, desired_size = 5, max_size = 3 } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "nvme_group_without_instance_store_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", instance_types = ["m5.2xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "hdd_group_on_nvme_instances_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { hdd = { profile = "hdd", instance_types = ["i4i.2xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "empty_subnets_are_rejected" {
+  command = plan
+  variables {
+    create_vpc = false
+    vpc_id     = "vpc-0123"
+    subnet_ids = []
+  }
+  expect_failures = [var.subnet_ids]
+}
+
+run "new_vpc_needs_two_zones" {
+  command = plan
+  variables {
+    availability_zones = ["eu-west-1a"]
+  }
+  expect_failures = [var.availability_zones]
+}
+
+run "bad_name_is_rejected" {
+  command = plan
+  variables {
+    name = "Levee_Prod"
+  }
+  expect_failures = [var.name]
+}

@@ -1,0 +1,165 @@
+variable "name" {
+  description = "Name of the EKS cluster; prefixes every resource the module creates."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,38}[a-z0-9]$", var.name))
+    error_message = "name must be 3-40 characters of lowercase letters, digits and dashes, starting with a letter."
+  }
+}
+
+variable "kubernetes_version" {
+  description = "EKS Kubernetes version (e.g. \"1.31\")."
+  type        = string
+  default     = "1.31"
+
+  validation {
+    condition     = can(regex("^1\\.[0-9]{2}$", var.kubernetes_version))
+    error_message = "kubernetes_version must look like \"1.31\"."
+  }
+}
+
+variable "create_vpc" {
+  description = "Create a new VPC (private subnets with one NAT gateway, public subnets for it). When false, pass vpc_id and subnet_ids."
+  type        = bool
+  default     = true
+}
+
+variable "vpc_cidr" {
+  description = "CIDR block of the new VPC (create_vpc = true)."
+  type        = string
+  default     = "10.42.0.0/16"
+
+  validation {
+    condition     = can(cidrnetmask(var.vpc_cidr))
+    error_message = "vpc_cidr must be an IPv4 CIDR block such as 10.42.0.0/16."
+  }
+}
+
+variable "availability_zones" {
+  description = "Availability zones for the new VPC's subnets, one private and one public subnet each (create_vpc = true)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = !var.create_vpc || length(var.availability_zones) >= 2
+    error_message = "With create_vpc = true, availability_zones must list at least two zones (EKS needs subnets in two)."
+  }
+}
+
+variable "vpc_id" {
+  description = "Existing VPC (create_vpc = false)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.create_vpc || var.vpc_id != null
+    error_message = "With create_vpc = false, vpc_id must name the existing VPC."
+  }
+}
+
+variable "subnet_ids" {
+  description = "Existing private subnets, one or more per zone, for the cluster and the node groups (create_vpc = false)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = var.create_vpc || length(var.subnet_ids) > 0
+    error_message = "With create_vpc = false, subnet_ids must list at least one existing subnet (in two zones or more)."
+  }
+}
+
+variable "node_groups" {
+  description = <<-EOT
+    Managed node groups, keyed by a short name. `profile` is nvme (local NVMe instance store, e.g. i4i/i3en)
+    or hdd (dense HDD instance store, e.g. d3/d3en); nodes get the label levee.io/storage=<profile> that
+    a KVCluster's spec.storage.profile selects. `subnet_ids` restricts a group to some zones (default: all).
+  EOT
+  type = map(object({
+    profile        = string
+    instance_types = optional(list(string))
+    min_size       = optional(number, 3)
+    max_size       = optional(number, 6)
+    desired_size   = optional(number, 3)
+    subnet_ids     = optional(list(string))
+    labels         = optional(map(string), {})
+    taint          = optional(bool, false)
+    disk_size_gb   = optional(number, 50)
+  }))
+
+  validation {
+    condition     = length(var.node_groups) > 0
+    error_message = "node_groups needs at least one group."
+  }
+  validation {
+    condition     = alltrue([for g in values(var.node_groups) : contains(["nvme", "hdd"], g.profile)])
+    error_message = "Each node group's profile must be \"nvme\" or \"hdd\"."
+  }
+  validation {
+    condition     = alltrue([for g in values(var.node_groups) : g.min_size >= 0 && g.min_size <= g.desired_size && g.desired_size <= g.max_size && g.max_size >= 1])
+    error_message = "Each node group needs 0 <= min_size <= desired_size <= max_size and max_size >= 1."
+  }
+  validation {
+    # Instance families with local instance storage of the right kind. Families are matched on the
+    # part before the dot (i4i.2xlarge -> i4i).
+    condition = alltrue([
+      for g in values(var.node_groups) : alltrue([
+        for t in coalesce(g.instance_types, g.profile == "hdd" ? ["d3.2xlarge"] : ["i4i.2xlarge"]) :
+        contains(
+          g.profile == "hdd" ? ["d2", "d3", "d3en", "h1"] :
+          ["i3", "i3en", "i4i", "i4g", "im4gn", "is4gen", "i7ie", "c5d", "c6id", "c6gd", "m5d", "m5dn", "m6id", "m6gd", "m7gd", "r5d", "r5dn", "r6id", "r6gd", "r7gd", "x2idn", "x2iedn"],
+          split(".", t)[0]
+        )
+      ])
+    ])
+    error_message = "Every instance type must have instance-store disks of its group's profile: nvme groups need an NVMe instance-store family (i3, i3en, i4i, im4gn, is4gen, c5d, m5d, r5d, m6id, c6id, r6id, m7gd, ...); hdd groups need d2, d3, d3en or h1."
+  }
+}
+
+variable "data_mount_path" {
+  description = "Where the node's instance-store array is mounted. The local-volume discovery directory is <path>-disks/."
+  type        = string
+  default     = "/mnt/levee"
+
+  validation {
+    condition     = can(regex("^/[A-Za-z0-9/_-]+$", var.data_mount_path)) && !endswith(var.data_mount_path, "/")
+    error_message = "data_mount_path must be an absolute path without a trailing slash."
+  }
+}
+
+variable "levee_ports" {
+  description = "levee node ports opened between nodes (and from the control plane): gRPC and metrics/health."
+  type = object({
+    grpc    = optional(number, 8087)
+    metrics = optional(number, 8098)
+  })
+  default = {}
+}
+
+variable "operator_irsa" {
+  description = "Create an IAM role for the levee operator's service account (IRSA)."
+  type = object({
+    enabled         = optional(bool, true)
+    namespace       = optional(string, "levee-system")
+    service_account = optional(string, "levee-operator")
+  })
+  default = {}
+}
+
+variable "oidc_thumbprints" {
+  description = "Thumbprints for the cluster's OIDC provider. AWS no longer checks them for EKS issuers, but the API still requires one; the default is the root CA thumbprint in common use."
+  type        = list(string)
+  default     = ["9e99a48a9960b14926bb7f3b02e22da2b0ab7280"]
+}
+
+variable "endpoint_public_access_cidrs" {
+  description = "CIDRs allowed to reach the public Kubernetes API endpoint. Empty: the endpoint is private only."
+  type        = list(string)
+  default     = []
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

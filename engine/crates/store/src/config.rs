@@ -132,7 +132,8 @@ impl Config {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Check every setting is in range (`Store::open` does this too).
+    pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
         if self.journal_segment_bytes < 4096 {
             return bad("journal_segment_bytes must be at least 4096");

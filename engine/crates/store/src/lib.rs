@@ -39,7 +39,7 @@ pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
 pub use error::{Error, Result};
 pub use keys::{IndexChange, IndexOp, Term};
 pub use snapshot::{
-    FoldOrder, FoldedHead, FoldedObject, HeadFold, HeadFoldOptions, IndexPage, IndexQuery,
-    ObjectFold, Snapshot, SnapshotKind,
+    index_continuation, FoldOrder, FoldedHead, FoldedObject, HeadFold, HeadFoldOptions, IndexPage,
+    IndexQuery, ObjectFold, Snapshot, SnapshotKind,
 };
 pub use store::{CompactionReport, Head, Object, Sqn, Stats, Store, MAX_INDEX_CHANGE_BYTES};

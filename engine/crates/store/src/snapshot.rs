@@ -149,6 +149,15 @@ pub struct FoldedObject {
 
 const CONTINUATION_VERSION: u8 = 1;
 
+/// A continuation token that resumes an index query right after the entry (`term`, `key`): lets a
+/// caller that merges several stores' results (a coverage query) restart each store at one global
+/// position.
+pub fn index_continuation(bucket: &[u8], field: &[u8], term: &Term, key: &[u8]) -> Vec<u8> {
+    let mut token = vec![CONTINUATION_VERSION];
+    token.extend_from_slice(&keys::index_key(bucket, field, term, key));
+    token
+}
+
 fn index_prefix(bucket: &[u8], field: &[u8]) -> Vec<u8> {
     let mut p = vec![TAG_INDEX];
     p.extend_from_slice(bucket);

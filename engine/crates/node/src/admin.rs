@@ -1,0 +1,252 @@
+//! The `Admin` gRPC service: status, statistics, and the maintenance the operator's Jobs run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use levee_proto::v1 as pb;
+use tonic::{Request, Response, Status};
+
+use crate::errors::to_status;
+use crate::vnodes::{Member, Vnodes};
+
+pub struct AdminService {
+    pub vnodes: Arc<Vnodes>,
+    pub node_name: String,
+    pub sync_on_write: String,
+    pub started: Instant,
+}
+
+/// Engine statistics as name → value (the names the `Stats` RPC and `levee admin stats` show).
+pub fn stats_map(s: &levee_store::Stats) -> HashMap<String, f64> {
+    let mut m = HashMap::new();
+    let mut put = |k: &str, v: f64| {
+        m.insert(k.to_string(), v);
+    };
+    put("puts", s.puts as f64);
+    put("gets", s.gets as f64);
+    put("heads", s.heads as f64);
+    put("deletes", s.deletes as f64);
+    put("user_bytes_written", s.user_bytes_written as f64);
+    put("journal_bytes_written", s.journal_bytes_written as f64);
+    put("ledger_bytes_written", s.ledger_bytes_written as f64);
+    put("journal_disk_bytes", s.journal_disk_bytes as f64);
+    put("ledger_disk_bytes", s.ledger_disk_bytes as f64);
+    put("journal_reads", s.journal_reads as f64);
+    put("flushes", s.flushes as f64);
+    put("merges", s.merges as f64);
+    put("write_stall_seconds", s.write_stall_seconds);
+    put("ledger_merge_backlog", s.ledger_merge_backlog as f64);
+    put("journal_fsyncs", s.journal_fsyncs as f64);
+    put("aae_rebuilds", s.aae_rebuilds as f64);
+    put("aae_rebuild_seconds", s.aae_rebuild_seconds);
+    put("journal_compaction_runs", s.journal_compaction_runs as f64);
+    put(
+        "journal_compaction_reclaimed_bytes",
+        s.journal_compaction_reclaimed_bytes as f64,
+    );
+    put("live_snapshots", s.live_snapshots as f64);
+    m
+}
+
+impl AdminService {
+    fn partitions(&self, asked: &[u32]) -> Result<Vec<u32>, Status> {
+        if asked.is_empty() {
+            return Ok((0..self.vnodes.stores.len() as u32).collect());
+        }
+        for p in asked {
+            if *p as usize >= self.vnodes.stores.len() {
+                return Err(Status::invalid_argument(format!(
+                    "partition {p} is not hosted here (ring of {})",
+                    self.vnodes.stores.len()
+                )));
+            }
+        }
+        Ok(asked.to_vec())
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Vnodes) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        let v = self.vnodes.clone();
+        tokio::task::spawn_blocking(move || f(&v))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+    }
+}
+
+#[tonic::async_trait]
+impl pb::admin_server::Admin for AdminService {
+    async fn status(
+        &self,
+        _: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        Ok(Response::new(pb::StatusResponse {
+            node: self.node_name.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            ring_size: self.vnodes.ring_size,
+            vnodes: self.vnodes.stores.len() as u32,
+            uptime_seconds: self.started.elapsed().as_secs(),
+            data_dir: self.vnodes.data_dir.display().to_string(),
+            sync_on_write: self.sync_on_write.clone(),
+        }))
+    }
+
+    async fn stats(
+        &self,
+        _: Request<pb::StatsRequest>,
+    ) -> Result<Response<pb::StatsResponse>, Status> {
+        let resp = self
+            .blocking(|v| {
+                let mut totals: HashMap<String, f64> = HashMap::new();
+                let mut vnodes = Vec::new();
+                for (p, s) in v.stores.iter().enumerate() {
+                    let m = stats_map(&s.stats());
+                    for (k, val) in &m {
+                        *totals.entry(k.clone()).or_default() += val;
+                    }
+                    vnodes.push(pb::VnodeStats {
+                        partition: p as u32,
+                        counters: m,
+                    });
+                }
+                Ok(pb::StatsResponse { totals, vnodes })
+            })
+            .await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn compact_journal(
+        &self,
+        req: Request<pb::CompactJournalRequest>,
+    ) -> Result<Response<pb::CompactJournalResponse>, Status> {
+        let parts = self.partitions(&req.into_inner().partitions)?;
+        let resp = self
+            .blocking(move |v| {
+                let start = Instant::now();
+                let mut out = pb::CompactJournalResponse::default();
+                for p in parts {
+                    let r = v.stores[p as usize].compact_journal().map_err(to_status)?;
+                    if !r.compacted_segments.is_empty() {
+                        out.runs += 1;
+                    }
+                    out.bytes_reclaimed += r.bytes_before.saturating_sub(r.bytes_after);
+                    out.records_dropped += r.records_dropped;
+                }
+                out.seconds = start.elapsed().as_secs_f64();
+                Ok(out)
+            })
+            .await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn rebuild_aae(
+        &self,
+        req: Request<pb::RebuildAaeRequest>,
+    ) -> Result<Response<pb::RebuildAaeResponse>, Status> {
+        let r = req.into_inner();
+        let parts = self.partitions(&r.partitions)?;
+        let resp = self
+            .blocking(move |v| {
+                let start = Instant::now();
+                for &p in &parts {
+                    v.stores[p as usize]
+                        .rebuild_aae(r.journal_check)
+                        .map_err(to_status)?;
+                }
+                Ok(pb::RebuildAaeResponse {
+                    rebuilt: parts.len() as u32,
+                    seconds: start.elapsed().as_secs_f64(),
+                })
+            })
+            .await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn aae_tree(
+        &self,
+        req: Request<pb::AaeTreeRequest>,
+    ) -> Result<Response<pb::AaeTreeResponse>, Status> {
+        let p = self.partitions(&[req.into_inner().partition])?[0];
+        let t = self.vnodes.stores[p as usize]
+            .aae_tree()
+            .map_err(to_status)?;
+        Ok(Response::new(pb::AaeTreeResponse {
+            root: t.root(),
+            branches: t.branches(),
+            segment_count: t.segment_count(),
+        }))
+    }
+
+    async fn aae_segment_keys(
+        &self,
+        req: Request<pb::AaeSegmentKeysRequest>,
+    ) -> Result<Response<pb::AaeSegmentKeysResponse>, Status> {
+        let r = req.into_inner();
+        let p = self.partitions(&[r.partition])?[0];
+        let keys = self
+            .blocking(move |v| {
+                v.stores[p as usize]
+                    .aae_keys_in_segments(&r.segments)
+                    .map_err(to_status)
+            })
+            .await?;
+        Ok(Response::new(pb::AaeSegmentKeysResponse {
+            keys: keys
+                .into_iter()
+                .map(|k| pb::AaeKey {
+                    bucket: k.bucket,
+                    key: k.key,
+                    hash: k.hash,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn members(
+        &self,
+        _: Request<pb::MembersRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        let m = self.vnodes.members.lock();
+        Ok(Response::new(members_response(&m)))
+    }
+
+    async fn set_members(
+        &self,
+        req: Request<pb::SetMembersRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        let list = req.into_inner().members;
+        for m in &list {
+            if m.name.is_empty() || m.address.is_empty() {
+                return Err(Status::invalid_argument(
+                    "every member needs a name and an address",
+                ));
+            }
+        }
+        let mut m = self.vnodes.members.lock();
+        m.0 += 1;
+        m.1 = list
+            .into_iter()
+            .map(|x| Member {
+                name: x.name,
+                address: x.address,
+            })
+            .collect();
+        Ok(Response::new(members_response(&m)))
+    }
+}
+
+fn members_response(m: &(u64, Vec<Member>)) -> pb::MembersResponse {
+    pb::MembersResponse {
+        version: m.0,
+        members: m
+            .1
+            .iter()
+            .map(|x| pb::Member {
+                name: x.name.clone(),
+                address: x.address.clone(),
+            })
+            .collect(),
+    }
+}

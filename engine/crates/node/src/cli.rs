@@ -1,0 +1,420 @@
+//! Client subcommands: `levee put/get/head/delete/query/list-keys` and `levee admin ...`.
+//! Readable output by default, `--json` for scripts. These run inside the operator's CronJobs.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use levee_proto::v1 as pb;
+use serde_json::json;
+use tonic::transport::Channel;
+
+#[derive(Args, Clone)]
+pub struct Conn {
+    /// Node address (host:port or http://host:port).
+    #[arg(
+        long,
+        env = "LEVEE_ADDR",
+        default_value = "127.0.0.1:8087",
+        global = true
+    )]
+    addr: String,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Per-request deadline in seconds.
+    #[arg(long, default_value_t = 60.0, global = true)]
+    timeout: f64,
+}
+
+#[derive(Subcommand)]
+pub enum ClientCmd {
+    /// Store a value. Index entries: `--index field_int=42` (integer) or `--index field_bin=text`.
+    Put {
+        #[command(flatten)]
+        conn: Conn,
+        bucket: String,
+        key: String,
+        /// The value (or use --value-file).
+        value: Option<String>,
+        #[arg(long)]
+        value_file: Option<std::path::PathBuf>,
+        #[arg(long, default_value = "")]
+        metadata: String,
+        #[arg(long = "index")]
+        index: Vec<String>,
+        /// Index entries to remove, same syntax as --index.
+        #[arg(long = "remove-index")]
+        remove_index: Vec<String>,
+    },
+    /// Print a value (raw bytes to stdout, or JSON with --json).
+    Get {
+        #[command(flatten)]
+        conn: Conn,
+        bucket: String,
+        key: String,
+    },
+    /// Print an object's metadata without reading its value.
+    Head {
+        #[command(flatten)]
+        conn: Conn,
+        bucket: String,
+        key: String,
+    },
+    Delete {
+        #[command(flatten)]
+        conn: Conn,
+        bucket: String,
+        key: String,
+    },
+    /// Secondary-index range query; fields ending in `_int` take integer terms.
+    Query {
+        #[command(flatten)]
+        conn: Conn,
+        bucket: String,
+        field: String,
+        start: String,
+        end: String,
+        #[arg(long)]
+        return_terms: bool,
+        #[arg(long)]
+        regex: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        max_results: u32,
+    },
+    /// Stream every key of a bucket.
+    ListKeys {
+        #[command(flatten)]
+        conn: Conn,
+        bucket: String,
+    },
+    /// Node administration.
+    #[command(subcommand)]
+    Admin(AdminCmd),
+}
+
+#[derive(Subcommand)]
+pub enum AdminCmd {
+    Status {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    Stats {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Compact the journal of every vnode (or the given partitions).
+    CompactJournal {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long = "partition")]
+        partitions: Vec<u32>,
+    },
+    /// Rebuild the AAE trees from the ledger.
+    AaeRebuild {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long = "partition")]
+        partitions: Vec<u32>,
+        /// Also check each object's journal record exists.
+        #[arg(long)]
+        journal_check: bool,
+    },
+}
+
+async fn channel(c: &Conn) -> Result<Channel> {
+    let uri = if c.addr.contains("://") {
+        c.addr.clone()
+    } else {
+        format!("http://{}", c.addr)
+    };
+    Channel::from_shared(uri.clone())
+        .with_context(|| format!("bad address {uri}"))?
+        .timeout(std::time::Duration::from_secs_f64(c.timeout))
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to {uri}"))
+}
+
+/// `field_int=42` → integer term; anything else binary.
+pub fn term_for(field: &str, text: &str) -> Result<pb::Term> {
+    let kind = if field.ends_with("_int") {
+        pb::term::Kind::Int(
+            text.parse()
+                .with_context(|| format!("{field} needs an integer term, got `{text}`"))?,
+        )
+    } else {
+        pb::term::Kind::Bin(text.as_bytes().to_vec())
+    };
+    Ok(pb::Term { kind: Some(kind) })
+}
+
+fn index_changes(add: &[String], remove: &[String]) -> Result<Vec<pb::IndexChange>> {
+    let mut out = Vec::new();
+    for (list, op) in [
+        (add, pb::index_change::Op::Add),
+        (remove, pb::index_change::Op::Remove),
+    ] {
+        for entry in list {
+            let Some((field, term)) = entry.split_once('=') else {
+                bail!("index entry `{entry}` must look like field=term")
+            };
+            out.push(pb::IndexChange {
+                op: op as i32,
+                field: field.as_bytes().to_vec(),
+                term: Some(term_for(field, term)?),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn show_term(t: &Option<pb::Term>) -> String {
+    match t.as_ref().and_then(|t| t.kind.as_ref()) {
+        Some(pb::term::Kind::Int(i)) => i.to_string(),
+        Some(pb::term::Kind::Bin(b)) => String::from_utf8_lossy(b).into_owned(),
+        None => String::new(),
+    }
+}
+
+fn print(conn: &Conn, value: serde_json::Value, text: String) {
+    if conn.json {
+        println!("{value}");
+    } else {
+        println!("{text}");
+    }
+}
+
+pub async fn run(cmd: ClientCmd) -> Result<()> {
+    use pb::admin_client::AdminClient;
+    use pb::kv_client::KvClient;
+    match cmd {
+        ClientCmd::Put {
+            conn,
+            bucket,
+            key,
+            value,
+            value_file,
+            metadata,
+            index,
+            remove_index,
+        } => {
+            let value = match (value, value_file) {
+                (Some(v), None) => v.into_bytes(),
+                (None, Some(f)) => {
+                    std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?
+                }
+                _ => bail!("give the value either as an argument or with --value-file"),
+            };
+            let req = pb::PutRequest {
+                bucket: bucket.into_bytes(),
+                key: key.into_bytes(),
+                value,
+                metadata: metadata.into_bytes(),
+                index_changes: index_changes(&index, &remove_index)?,
+            };
+            let r = KvClient::new(channel(&conn).await?)
+                .put(req)
+                .await?
+                .into_inner();
+            print(
+                &conn,
+                json!({"sqn": r.sqn}),
+                format!("stored (sqn {})", r.sqn),
+            );
+        }
+        ClientCmd::Get { conn, bucket, key } => {
+            let r = KvClient::new(channel(&conn).await?)
+                .get(pb::GetRequest {
+                    bucket: bucket.into_bytes(),
+                    key: key.into_bytes(),
+                })
+                .await?
+                .into_inner();
+            if conn.json {
+                print(
+                    &conn,
+                    json!({"sqn": r.sqn, "value": String::from_utf8_lossy(&r.value), "metadata": String::from_utf8_lossy(&r.metadata)}),
+                    String::new(),
+                );
+            } else {
+                use std::io::Write;
+                std::io::stdout().write_all(&r.value)?;
+                println!();
+            }
+        }
+        ClientCmd::Head { conn, bucket, key } => {
+            let r = KvClient::new(channel(&conn).await?)
+                .head(pb::HeadRequest {
+                    bucket: bucket.into_bytes(),
+                    key: key.into_bytes(),
+                })
+                .await?
+                .into_inner();
+            print(
+                &conn,
+                json!({"sqn": r.sqn, "value_size": r.value_size, "value_hash": r.value_hash, "metadata": String::from_utf8_lossy(&r.metadata)}),
+                format!(
+                    "sqn {}  size {}  hash {:08x}  metadata {:?}",
+                    r.sqn,
+                    r.value_size,
+                    r.value_hash,
+                    String::from_utf8_lossy(&r.metadata)
+                ),
+            );
+        }
+        ClientCmd::Delete { conn, bucket, key } => {
+            let r = KvClient::new(channel(&conn).await?)
+                .delete(pb::DeleteRequest {
+                    bucket: bucket.into_bytes(),
+                    key: key.into_bytes(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            print(
+                &conn,
+                json!({"sqn": r.sqn}),
+                format!("deleted (sqn {})", r.sqn),
+            );
+        }
+        ClientCmd::Query {
+            conn,
+            bucket,
+            field,
+            start,
+            end,
+            return_terms,
+            regex,
+            max_results,
+        } => {
+            let req = pb::IndexQueryRequest {
+                start: Some(term_for(&field, &start)?),
+                end: Some(term_for(&field, &end)?),
+                bucket: bucket.into_bytes(),
+                field: field.into_bytes(),
+                return_terms,
+                term_regex: regex.unwrap_or_default(),
+                page_size: 1000,
+                max_results,
+                continuation: Vec::new(),
+            };
+            let mut stream = KvClient::new(channel(&conn).await?)
+                .index_query(req)
+                .await?
+                .into_inner();
+            let mut n = 0;
+            while let Some(page) = stream.message().await? {
+                for r in page.results {
+                    n += 1;
+                    let key = String::from_utf8_lossy(&r.key).into_owned();
+                    if conn.json {
+                        println!("{}", json!({"term": show_term(&r.term), "key": key}));
+                    } else if return_terms {
+                        println!("{}\t{key}", show_term(&r.term));
+                    } else {
+                        println!("{key}");
+                    }
+                }
+                if !page.continuation.is_empty() {
+                    eprintln!("(more results: stopped at --max-results {max_results})");
+                }
+            }
+            if !conn.json {
+                eprintln!("{n} result(s)");
+            }
+        }
+        ClientCmd::ListKeys { conn, bucket } => {
+            let mut stream = KvClient::new(channel(&conn).await?)
+                .list_keys(pb::ListKeysRequest {
+                    bucket: bucket.into_bytes(),
+                    page_size: 1000,
+                })
+                .await?
+                .into_inner();
+            while let Some(page) = stream.message().await? {
+                for k in page.keys {
+                    println!("{}", String::from_utf8_lossy(&k));
+                }
+            }
+        }
+        ClientCmd::Admin(a) => match a {
+            AdminCmd::Status { conn } => {
+                let r = AdminClient::new(channel(&conn).await?)
+                    .status(pb::StatusRequest {})
+                    .await?
+                    .into_inner();
+                print(
+                    &conn,
+                    json!({"node": r.node, "version": r.version, "ring_size": r.ring_size, "vnodes": r.vnodes, "uptime_seconds": r.uptime_seconds, "data_dir": r.data_dir, "sync_on_write": r.sync_on_write}),
+                    format!(
+                        "node {}  version {}  ring {}  vnodes {}  up {} s  data {}  sync_on_write {}",
+                        r.node, r.version, r.ring_size, r.vnodes, r.uptime_seconds, r.data_dir, r.sync_on_write
+                    ),
+                );
+            }
+            AdminCmd::Stats { conn } => {
+                let r = AdminClient::new(channel(&conn).await?)
+                    .stats(pb::StatsRequest {})
+                    .await?
+                    .into_inner();
+                let mut names: Vec<_> = r.totals.iter().collect();
+                names.sort_by(|a, b| a.0.cmp(b.0));
+                let text = names
+                    .iter()
+                    .map(|(k, v)| format!("{k:40} {v}"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                print(&conn, json!(r.totals), text);
+            }
+            AdminCmd::CompactJournal { conn, partitions } => {
+                eprintln!(
+                    "compacting the journal of {} …",
+                    if partitions.is_empty() {
+                        "every vnode".to_string()
+                    } else {
+                        format!("partitions {partitions:?}")
+                    }
+                );
+                let r = AdminClient::new(channel(&conn).await?)
+                    .compact_journal(pb::CompactJournalRequest { partitions })
+                    .await?
+                    .into_inner();
+                print(
+                    &conn,
+                    json!({"runs": r.runs, "bytes_reclaimed": r.bytes_reclaimed, "records_dropped": r.records_dropped, "seconds": r.seconds}),
+                    format!(
+                        "{} compaction run(s), {} bytes reclaimed, {} records dropped, {:.2} s",
+                        r.runs, r.bytes_reclaimed, r.records_dropped, r.seconds
+                    ),
+                );
+            }
+            AdminCmd::AaeRebuild {
+                conn,
+                partitions,
+                journal_check,
+            } => {
+                let r = AdminClient::new(channel(&conn).await?)
+                    .rebuild_aae(pb::RebuildAaeRequest {
+                        partitions,
+                        journal_check,
+                    })
+                    .await?
+                    .into_inner();
+                print(
+                    &conn,
+                    json!({"rebuilt": r.rebuilt, "seconds": r.seconds, "journal_check": journal_check}),
+                    format!(
+                        "rebuilt {} AAE tree(s) in {:.2} s{}",
+                        r.rebuilt,
+                        r.seconds,
+                        if journal_check {
+                            " (with journal check)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+        },
+    }
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! `levee`: the levee node (`levee serve`) and its command-line client.
+
+// tonic::Status is the error type of every gRPC handler; boxing it everywhere buys nothing.
+#![allow(clippy::result_large_err)]
+
+mod admin;
+mod cli;
+mod config;
+mod errors;
+mod kv;
+mod metrics;
+mod ring;
+mod server;
+mod vnodes;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "levee", version, about = "levee key-value node and client")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a node. Flags and LEVEE_* environment variables override the config file.
+    Serve(ServeArgs),
+    #[command(flatten)]
+    Client(cli::ClientCmd),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML config file (see docs/node.md); every setting has a default.
+    #[arg(long, env = "LEVEE_CONFIG")]
+    config: Option<PathBuf>,
+    #[arg(long, env = "LEVEE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// gRPC listen address (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "LEVEE_LISTEN")]
+    listen: Option<std::net::SocketAddr>,
+    /// Metrics and health HTTP listen address.
+    #[arg(long, env = "LEVEE_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    #[arg(long, env = "LEVEE_RING_SIZE")]
+    ring_size: Option<u32>,
+    /// none | sync
+    #[arg(long, env = "LEVEE_SYNC_ON_WRITE")]
+    sync_on_write: Option<String>,
+    #[arg(long, env = "LEVEE_NODE_NAME")]
+    node_name: Option<String>,
+    #[arg(long, env = "LEVEE_AAE_SEGMENTS")]
+    aae_segments: Option<u32>,
+    #[arg(long, env = "LEVEE_SHUTDOWN_TIMEOUT_SECS")]
+    shutdown_timeout_secs: Option<u64>,
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = match args.cmd {
+        Cmd::Serve(s) => rt.block_on(serve(s)),
+        Cmd::Client(c) => rt.block_on(cli::run(c)),
+    };
+    if let Err(e) = result {
+        match e.downcast_ref::<tonic::Status>() {
+            Some(s) => eprintln!("levee: {:?}: {}", s.code(), s.message()),
+            None => eprintln!("levee: {e:#}"),
+        }
+        std::process::exit(1);
+    }
+}
+
+async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let mut cfg = config::NodeConfig::load(a.config.as_deref())?;
+    if let Some(v) = a.data_dir {
+        cfg.data_dir = v;
+    }
+    if let Some(v) = a.listen {
+        cfg.listen = v;
+    }
+    if let Some(v) = a.metrics_listen {
+        cfg.metrics_listen = v;
+    }
+    if let Some(v) = a.ring_size {
+        cfg.cluster.ring_size = v;
+    }
+    if let Some(v) = a.sync_on_write {
+        cfg.engine.sync_on_write = match v.as_str() {
+            "sync" | "true" | "on" => true,
+            "none" | "false" | "off" => false,
+            other => anyhow::bail!("--sync-on-write must be `none` or `sync`, not `{other}`"),
+        };
+    }
+    if let Some(v) = a.node_name {
+        cfg.node_name = v;
+    }
+    if let Some(v) = a.aae_segments {
+        cfg.engine.aae_segments = v;
+    }
+    if let Some(v) = a.shutdown_timeout_secs {
+        cfg.shutdown_timeout_secs = v;
+    }
+    server::run(cfg, server::termination()).await
+}

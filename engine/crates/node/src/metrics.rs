@@ -1,0 +1,328 @@
+//! Prometheus metrics (names per docs/metrics.md) and the health/metrics HTTP endpoint.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+use crate::vnodes::Vnodes;
+
+/// Request metrics recorded by the RPC handlers.
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: IntCounterVec,
+    pub duration: HistogramVec,
+}
+
+impl Metrics {
+    pub fn new(vnodes: Arc<Vnodes>) -> Metrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "levee_requests_total",
+                "Client requests served, by operation and result",
+            ),
+            &["op", "result"],
+        )
+        .unwrap();
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "levee_request_duration_seconds",
+                "Request latency seen by the node",
+            )
+            .buckets(vec![
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
+            &["op"],
+        )
+        .unwrap();
+        registry.register(Box::new(requests.clone())).unwrap();
+        registry.register(Box::new(duration.clone())).unwrap();
+        // Pre-create the label sets so every op appears from the first scrape.
+        for op in ["get", "head", "put", "delete", "index_query", "list_keys"] {
+            duration.with_label_values(&[op]);
+            requests.with_label_values(&[op, "ok"]);
+        }
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .unwrap();
+        let device = DiskDevice::for_path(&vnodes.data_dir);
+        registry
+            .register(Box::new(EngineCollector { vnodes, device }))
+            .unwrap();
+        Metrics {
+            registry,
+            requests,
+            duration,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        use prometheus::Encoder;
+        prometheus::TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+}
+
+/// The block device holding the data directory, found in /proc/diskstats by major:minor.
+struct DiskDevice {
+    major: u64,
+    minor: u64,
+}
+
+impl DiskDevice {
+    fn for_path(p: &Path) -> Option<DiskDevice> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(p).ok()?.dev();
+        let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+        let d = DiskDevice { major, minor };
+        if d.read().is_none() {
+            log::warn!("data dir {} is on device {major}:{minor}, which /proc/diskstats does not list; disk busyness reads 0", p.display());
+        }
+        Some(d)
+    }
+
+    /// (io_ticks, weighted io_ticks) in seconds.
+    fn read(&self) -> Option<(f64, f64)> {
+        let text = std::fs::read_to_string("/proc/diskstats").ok()?;
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() >= 14
+                && f[0].parse::<u64>().ok()? == self.major
+                && f[1].parse::<u64>().ok()? == self.minor
+            {
+                Some((
+                    f[12].parse::<f64>().ok()? / 1000.0,
+                    f[13].parse::<f64>().ok()? / 1000.0,
+                ))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+/// Engine statistics summed over the vnodes, collected at scrape time.
+struct EngineCollector {
+    vnodes: Arc<Vnodes>,
+    device: Option<DiskDevice>,
+}
+
+fn family(
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: Vec<(Vec<(&str, &str)>, f64)>,
+) -> MetricFamily {
+    let mut mf = MetricFamily::default();
+    mf.set_name(name.to_string());
+    mf.set_help(help.to_string());
+    mf.set_field_type(kind);
+    for (labels, v) in samples {
+        let mut m = Metric::default();
+        let pairs: Vec<LabelPair> = labels
+            .into_iter()
+            .map(|(k, val)| {
+                let mut lp = LabelPair::default();
+                lp.set_name(k.to_string());
+                lp.set_value(val.to_string());
+                lp
+            })
+            .collect();
+        m.set_label(pairs.into());
+        if kind == MetricType::COUNTER {
+            let mut c = Counter::default();
+            c.set_value(v);
+            m.set_counter(c);
+        } else {
+            let mut g = Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
+        }
+        mf.mut_metric().push(m);
+    }
+    mf
+}
+
+impl Collector for EngineCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        Vec::new()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let stats: Vec<levee_store::Stats> = self.vnodes.stores.iter().map(|s| s.stats()).collect();
+        let sum = |f: &dyn Fn(&levee_store::Stats) -> f64| stats.iter().map(f).sum::<f64>();
+        let max = |f: &dyn Fn(&levee_store::Stats) -> f64| stats.iter().map(f).fold(0.0, f64::max);
+        use MetricType::{COUNTER, GAUGE};
+        let one = |v: f64| vec![(vec![], v)];
+        let (io, weighted) = self
+            .device
+            .as_ref()
+            .and_then(|d| d.read())
+            .unwrap_or((0.0, 0.0));
+        vec![
+            family(
+                "levee_user_bytes_written_total",
+                "Bytes of keys, values and metadata accepted from clients",
+                COUNTER,
+                one(sum(&|s| s.user_bytes_written as f64)),
+            ),
+            family(
+                "levee_journal_bytes_written_total",
+                "Bytes appended to journal segments",
+                COUNTER,
+                one(sum(&|s| s.journal_bytes_written as f64)),
+            ),
+            family(
+                "levee_ledger_bytes_written_total",
+                "Bytes written to ledger SSTs",
+                COUNTER,
+                one(sum(&|s| s.ledger_bytes_written as f64)),
+            ),
+            family(
+                "levee_journal_disk_bytes",
+                "Bytes of journal segments on disk",
+                GAUGE,
+                one(sum(&|s| s.journal_disk_bytes as f64)),
+            ),
+            family(
+                "levee_ledger_disk_bytes",
+                "Bytes of ledger SSTs on disk",
+                GAUGE,
+                one(sum(&|s| s.ledger_disk_bytes as f64)),
+            ),
+            family(
+                "levee_journal_compaction_runs_total",
+                "Journal compaction runs completed",
+                COUNTER,
+                one(sum(&|s| s.journal_compaction_runs as f64)),
+            ),
+            family(
+                "levee_journal_compaction_reclaimed_bytes_total",
+                "Journal bytes freed by compaction",
+                COUNTER,
+                one(sum(&|s| s.journal_compaction_reclaimed_bytes as f64)),
+            ),
+            family(
+                "levee_journal_compaction_active",
+                "1 while a journal compaction runs",
+                GAUGE,
+                one(max(&|s| s.journal_compaction_active as f64)),
+            ),
+            family(
+                "levee_ledger_merge_backlog",
+                "Ledger files over their level targets",
+                GAUGE,
+                one(sum(&|s| s.ledger_merge_backlog as f64)),
+            ),
+            family(
+                "levee_write_stall_seconds_total",
+                "Time writers waited for ledger merges",
+                COUNTER,
+                one(sum(&|s| s.write_stall_seconds)),
+            ),
+            family(
+                "levee_aae_rebuilds_total",
+                "AAE tree rebuilds completed",
+                COUNTER,
+                one(sum(&|s| s.aae_rebuilds as f64)),
+            ),
+            family(
+                "levee_aae_rebuild_duration_seconds",
+                "Duration of the longest last AAE rebuild of a vnode",
+                GAUGE,
+                one(max(&|s| s.aae_rebuild_seconds)),
+            ),
+            // Exchanges, repairs and handoff arrive with clustering; until then they stay at zero.
+            family(
+                "levee_aae_exchanges_total",
+                "AAE exchanges with replicas",
+                COUNTER,
+                vec![(vec![("result", "ok")], 0.0)],
+            ),
+            family(
+                "levee_aae_repairs_total",
+                "Keys repaired by AAE",
+                COUNTER,
+                one(0.0),
+            ),
+            family(
+                "levee_handoff_bytes_total",
+                "Bytes streamed in handoff",
+                COUNTER,
+                one(0.0),
+            ),
+            family(
+                "levee_vnodes",
+                "Vnodes hosted, by state",
+                GAUGE,
+                vec![(vec![("state", "active")], stats.len() as f64)],
+            ),
+            family(
+                "levee_disk_io_time_seconds_total",
+                "Time the data directory's device was busy",
+                COUNTER,
+                one(io),
+            ),
+            family(
+                "levee_disk_io_weighted_seconds_total",
+                "Weighted busy time (queue depth x time) of that device",
+                COUNTER,
+                one(weighted),
+            ),
+        ]
+    }
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz`.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get({
+                let m = metrics.clone();
+                move || {
+                    let m = m.clone();
+                    async move {
+                        let body = tokio::task::spawn_blocking(move || m.render())
+                            .await
+                            .unwrap_or_default();
+                        ([("content-type", "text/plain; version=0.0.4")], body)
+                    }
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready.load(Ordering::Acquire) {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    }
+                }
+            }),
+        );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,140 @@
+//! Server lifecycle: bind, serve gRPC (KV, Admin, health, reflection) and HTTP (metrics, health),
+//! drain on SIGTERM, close the stores.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use levee_proto::v1 as pb;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::AdminService;
+use crate::config::NodeConfig;
+use crate::kv::KvService;
+use crate::metrics::{serve_http, Metrics};
+use crate::vnodes::Vnodes;
+
+/// Open the vnodes, bind both listeners, print the bound addresses (one line on stdout, so tests
+/// and scripts can use port 0), serve until `stop` resolves, drain, close the stores.
+pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
+    cfg.validate()?;
+    let opened = Instant::now();
+    let vnodes = {
+        let cfg = cfg.clone();
+        Arc::new(tokio::task::spawn_blocking(move || Vnodes::open(&cfg)).await??)
+    };
+    log::info!(
+        "opened {} vnodes in {:.2} s",
+        vnodes.stores.len(),
+        opened.elapsed().as_secs_f64()
+    );
+    let grpc = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding gRPC on {}", cfg.listen))?;
+    let http = TcpListener::bind(cfg.metrics_listen)
+        .await
+        .with_context(|| format!("binding metrics on {}", cfg.metrics_listen))?;
+    let (grpc_addr, http_addr) = (grpc.local_addr()?, http.local_addr()?);
+
+    let metrics = Arc::new(Metrics::new(vnodes.clone()));
+    let ready = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let wait_stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let (mut health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<pb::kv_server::KvServer<KvService>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building the reflection service")?;
+    let kv = KvService {
+        vnodes: vnodes.clone(),
+        metrics: metrics.clone(),
+    };
+    let admin = AdminService {
+        vnodes: vnodes.clone(),
+        node_name: cfg.node_name.clone(),
+        sync_on_write: if cfg.engine.sync_on_write {
+            "sync"
+        } else {
+            "none"
+        }
+        .to_string(),
+        started: Instant::now(),
+    };
+    let max = cfg.max_message_bytes;
+    // TCP_NODELAY: without it, small responses wait on delayed ACKs (≈40 ms per request).
+    let incoming = tonic::transport::server::TcpIncoming::from_listener(
+        grpc,
+        true,
+        Some(Duration::from_secs(60)),
+    )
+    .map_err(|e| anyhow::anyhow!("configuring the gRPC listener: {e}"))?;
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(
+            pb::kv_server::KvServer::new(kv)
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
+        .add_service(pb::admin_server::AdminServer::new(admin))
+        .serve_with_incoming_shutdown(incoming, wait_stop(stop_rx.clone()));
+    let grpc_task = tokio::spawn(grpc_server);
+    let http_task = tokio::spawn(serve_http(
+        http,
+        metrics.clone(),
+        ready.clone(),
+        wait_stop(stop_rx.clone()),
+    ));
+
+    ready.store(true, Ordering::Release);
+    println!(
+        "levee: serving gRPC on {grpc_addr}, metrics on {http_addr}, {} vnodes in {}",
+        vnodes.stores.len(),
+        cfg.data_dir.display()
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    stop.await;
+    log::info!(
+        "shutting down: draining in-flight requests (up to {} s)",
+        cfg.shutdown_timeout_secs
+    );
+    ready.store(false, Ordering::Release);
+    let _ = stop_tx.send(true);
+    let drain = async {
+        let _ = grpc_task.await;
+        let _ = http_task.await;
+    };
+    if tokio::time::timeout(Duration::from_secs(cfg.shutdown_timeout_secs), drain)
+        .await
+        .is_err()
+    {
+        log::warn!(
+            "in-flight requests did not finish within {} s; closing anyway",
+            cfg.shutdown_timeout_secs
+        );
+    }
+    tokio::task::spawn_blocking(move || vnodes.close()).await??;
+    log::info!("stores flushed and closed");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

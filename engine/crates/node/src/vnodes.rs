@@ -1,0 +1,106 @@
+//! The vnodes hosted by this node: one `levee_store::Store` per partition, opened in parallel
+//! under `<data_dir>/p<partition>`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use levee_store::Store;
+use parking_lot::Mutex;
+
+use crate::config::NodeConfig;
+use crate::ring::partition_of;
+
+/// A member of the cluster as the operator lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub address: String,
+}
+
+pub struct Vnodes {
+    pub ring_size: u32,
+    pub stores: Vec<Arc<Store>>,
+    pub data_dir: PathBuf,
+    pub members: Mutex<(u64, Vec<Member>)>,
+}
+
+pub fn parse_members(list: &[String]) -> Result<Vec<Member>> {
+    list.iter()
+        .map(|m| {
+            let (name, address) = m
+                .split_once('=')
+                .unwrap_or((m.split('.').next().unwrap_or(m), m));
+            if address.is_empty() || name.is_empty() {
+                anyhow::bail!("member `{m}` must look like host:port or name=host:port");
+            }
+            Ok(Member {
+                name: name.to_string(),
+                address: address.to_string(),
+            })
+        })
+        .collect()
+}
+
+impl Vnodes {
+    /// Open every partition's store (this node owns the whole ring until clustering lands).
+    pub fn open(cfg: &NodeConfig) -> Result<Vnodes> {
+        let store_cfg = cfg.store_config()?;
+        std::fs::create_dir_all(&cfg.data_dir)
+            .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .min(8);
+        let parts: Vec<u32> = (0..cfg.cluster.ring_size).collect();
+        let mut opened: Vec<(u32, Arc<Store>)> = Vec::new();
+        for chunk in parts.chunks(parts.len().div_ceil(threads)) {
+            let res: Vec<Result<(u32, Arc<Store>)>> = std::thread::scope(|s| {
+                let hs: Vec<_> = chunk
+                    .iter()
+                    .map(|&p| {
+                        let dir = cfg.data_dir.join(format!("p{p:04}"));
+                        let c = store_cfg.clone();
+                        s.spawn(move || {
+                            Store::open(&dir, c)
+                                .map(|st| (p, Arc::new(st)))
+                                .with_context(|| format!("opening vnode {p} in {}", dir.display()))
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().expect("vnode open panicked"))
+                    .collect()
+            });
+            for r in res {
+                opened.push(r?);
+            }
+        }
+        opened.sort_by_key(|(p, _)| *p);
+        Ok(Vnodes {
+            ring_size: cfg.cluster.ring_size,
+            stores: opened.into_iter().map(|(_, s)| s).collect(),
+            data_dir: cfg.data_dir.clone(),
+            members: Mutex::new((1, parse_members(&cfg.members()?)?)),
+        })
+    }
+
+    pub fn store_for(&self, bucket: &[u8], key: &[u8]) -> &Arc<Store> {
+        &self.stores[partition_of(bucket, key, self.ring_size) as usize]
+    }
+
+    /// Flush and close every store.
+    pub fn close(&self) -> Result<()> {
+        let mut first_err = None;
+        for (p, s) in self.stores.iter().enumerate() {
+            if let Err(e) = s.close() {
+                log::error!("closing vnode {p}: {e}");
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,590 @@
+//! Integration tests against a real `levee serve` process: every RPC through a tonic client,
+//! streaming with pagination, error codes, deadlines, concurrent clients, metrics names, SIGKILL
+//! durability and SIGTERM draining. Servers bind port 0 and report their addresses on stdout.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use levee_proto::v1 as pb;
+use pb::admin_client::AdminClient;
+use pb::kv_client::KvClient;
+use tonic::transport::Channel;
+use tonic::Code;
+
+struct Node {
+    child: Child,
+    grpc: String,
+    metrics: String,
+    stderr: PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path, extra: &[&str]) -> Node {
+        let stderr = dir.with_extension(format!("stderr.{}", std::process::id()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_levee"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--ring-size",
+                "8",
+            ])
+            .args(["--aae-segments", "1024", "--data-dir"])
+            .arg(dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let grab = |after: &str| {
+            let rest = line
+                .split(after)
+                .nth(1)
+                .unwrap_or_else(|| panic!("no `{after}` in startup line {line:?}"));
+            rest.split([',', ' ']).next().unwrap().to_string()
+        };
+        Node {
+            grpc: format!("http://{}", grab("gRPC on ")),
+            metrics: grab("metrics on "),
+            child,
+            stderr,
+        }
+    }
+
+    async fn kv(&self) -> KvClient<Channel> {
+        KvClient::connect(self.grpc.clone()).await.unwrap()
+    }
+
+    async fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::connect(self.grpc.clone()).await.unwrap()
+    }
+
+    fn scrape(&self) -> HashMap<String, f64> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.metrics).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let mut out = HashMap::new();
+        for l in body
+            .lines()
+            .filter(|l| l.starts_with("levee_") || l.starts_with("process_"))
+        {
+            if let Some((name, value)) = l.rsplit_once(' ') {
+                let name = name.split('{').next().unwrap().to_string();
+                *out.entry(name).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        out
+    }
+
+    fn signal(&self, sig: i32) {
+        unsafe {
+            libc_kill(self.child.id() as i32, sig);
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+const SIGTERM: i32 = 15;
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn put(bucket: &str, key: &str, value: &[u8], idx: Vec<pb::IndexChange>) -> pb::PutRequest {
+    pb::PutRequest {
+        bucket: bucket.into(),
+        key: key.into(),
+        value: value.to_vec(),
+        metadata: b"vv".to_vec(),
+        index_changes: idx,
+    }
+}
+
+fn int_term(i: i64) -> Option<pb::Term> {
+    Some(pb::Term {
+        kind: Some(pb::term::Kind::Int(i)),
+    })
+}
+
+fn add_int(field: &str, i: i64) -> pb::IndexChange {
+    pb::IndexChange {
+        op: pb::index_change::Op::Add as i32,
+        field: field.into(),
+        term: int_term(i),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_kv_rpc_with_streaming_pagination_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let mut kv = node.kv().await;
+
+    let sqn = kv
+        .put(put("users", "alice", b"v1", vec![add_int("age_int", 31)]))
+        .await
+        .unwrap()
+        .into_inner()
+        .sqn;
+    assert!(sqn > 0);
+    let g = kv
+        .get(pb::GetRequest {
+            bucket: "users".into(),
+            key: "alice".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (g.value.as_slice(), g.metadata.as_slice(), g.sqn),
+        (&b"v1"[..], &b"vv"[..], sqn)
+    );
+    let h = kv
+        .head(pb::HeadRequest {
+            bucket: "users".into(),
+            key: "alice".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((h.sqn, h.value_size), (sqn, 2));
+    kv.delete(pb::DeleteRequest {
+        bucket: "users".into(),
+        key: "alice".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let e = kv
+        .get(pb::GetRequest {
+            bucket: "users".into(),
+            key: "alice".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let e = kv
+        .head(pb::HeadRequest {
+            bucket: "users".into(),
+            key: "alice".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+
+    // 300 objects spread over the 8 vnodes; the coverage query merges them in (term, key) order.
+    for i in 0..300i64 {
+        kv.put(put(
+            "people",
+            &format!("p{i:03}"),
+            b"x",
+            vec![add_int("score_int", i % 50)],
+        ))
+        .await
+        .unwrap();
+    }
+    let req = |page_size, max_results, continuation| pb::IndexQueryRequest {
+        bucket: "people".into(),
+        field: "score_int".into(),
+        start: int_term(10),
+        end: int_term(19),
+        return_terms: true,
+        term_regex: String::new(),
+        page_size,
+        max_results,
+        continuation,
+    };
+    let mut stream = kv
+        .index_query(req(7, 0, vec![]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut all = Vec::new();
+    let mut pages = 0;
+    while let Some(p) = stream.message().await.unwrap() {
+        assert!(p.results.len() <= 7);
+        pages += 1;
+        all.extend(p.results.into_iter().map(|r| {
+            let Some(pb::term::Kind::Int(t)) = r.term.unwrap().kind else {
+                panic!()
+            };
+            (t, String::from_utf8(r.key).unwrap())
+        }));
+    }
+    assert_eq!(all.len(), 60);
+    assert!(pages >= 9, "{pages} pages");
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(all, sorted, "results in (term, key) order across vnodes");
+    // max_results stops with a continuation; resuming gives the rest.
+    let mut first = kv
+        .index_query(req(10, 25, vec![]))
+        .await
+        .unwrap()
+        .into_inner();
+    let (mut got, mut cont) = (Vec::new(), Vec::new());
+    while let Some(p) = first.message().await.unwrap() {
+        got.extend(p.results.into_iter().map(|r| r.key));
+        cont = p.continuation;
+    }
+    assert_eq!(got.len(), 25);
+    assert!(!cont.is_empty());
+    let mut rest = kv.index_query(req(10, 0, cont)).await.unwrap().into_inner();
+    while let Some(p) = rest.message().await.unwrap() {
+        got.extend(p.results.into_iter().map(|r| r.key));
+    }
+    assert_eq!(got.len(), 60);
+    assert_eq!(got.iter().collect::<BTreeSet<_>>().len(), 60);
+
+    // ListKeys streams every key of the bucket.
+    let mut keys = kv
+        .list_keys(pb::ListKeysRequest {
+            bucket: "people".into(),
+            page_size: 16,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut n = 0;
+    while let Some(p) = keys.message().await.unwrap() {
+        assert!(p.keys.len() <= 16);
+        n += p.keys.len();
+    }
+    assert_eq!(n, 300);
+
+    // Bad input: the right codes, with messages a user can act on.
+    let e = kv.put(put("users", "", b"v", vec![])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("key is empty"), "{}", e.message());
+    let e = kv.put(put("a\0b", "k", b"v", vec![])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let mut bad = req(10, 0, vec![]);
+    bad.start = Some(pb::Term {
+        kind: Some(pb::term::Kind::Bin(b"a".to_vec())),
+    });
+    bad.end = Some(pb::Term {
+        kind: Some(pb::term::Kind::Bin(b"z".to_vec())),
+    });
+    bad.term_regex = "(".into();
+    let e = kv.index_query(bad).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("term_regex"), "{}", e.message());
+    let mut bad = req(10, 0, vec![]);
+    bad.start = None;
+    assert_eq!(
+        kv.index_query(bad).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let bad = pb::PutRequest {
+        index_changes: vec![pb::IndexChange {
+            op: 0,
+            field: "f_int".into(),
+            term: int_term(1),
+        }],
+        ..put("users", "k", b"v", vec![])
+    };
+    assert_eq!(kv.put(bad).await.unwrap_err().code(), Code::InvalidArgument);
+    let e = kv
+        .index_query(req(10, 0, b"junk".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+
+    // The client's deadline is honoured: an AAE rebuild with journal check of every vnode takes
+    // longer than 1 ms, so the call ends with a deadline error (the rebuild itself completes).
+    for i in 0..3000 {
+        kv.put(put("bulk", &format!("b{i}"), b"x", vec![]))
+            .await
+            .unwrap();
+    }
+    let mut admin = node.admin().await;
+    let mut slow = tonic::Request::new(pb::RebuildAaeRequest {
+        partitions: vec![],
+        journal_check: true,
+    });
+    slow.set_timeout(Duration::from_millis(1));
+    let e = admin.rebuild_aae(slow).await.unwrap_err();
+    assert!(
+        matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oversized_values_are_resource_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("levee.toml");
+    std::fs::write(&cfg, "max_value_bytes = 1024\nmax_message_bytes = 4096\n").unwrap();
+    let node = Node::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut kv = node.kv().await;
+    let e = kv
+        .put(put("b", "k", &[0u8; 2048], vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    // Over the gRPC message limit tonic itself refuses the message (OUT_OF_RANGE).
+    let e = kv
+        .put(put("b", "k", &[0u8; 8192], vec![]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.code(), Code::ResourceExhausted | Code::OutOfRange),
+        "message over max_message_bytes: {e:?}"
+    );
+    assert!(e.message().contains("too large"), "{e:?}");
+    kv.put(put("b", "k", &[0u8; 1000], vec![])).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_admin_rpcs_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let addr = node.grpc.clone();
+            tokio::spawn(async move {
+                let mut kv = KvClient::connect(addr).await.unwrap();
+                for round in 0..3 {
+                    for i in 0..100 {
+                        let key = format!("t{t}-{i}");
+                        let value = format!("{round}").repeat(500).into_bytes();
+                        kv.put(put("c", &key, &value, vec![])).await.unwrap();
+                        let g = kv
+                            .get(pb::GetRequest {
+                                bucket: "c".into(),
+                                key: key.into(),
+                            })
+                            .await
+                            .unwrap()
+                            .into_inner();
+                        assert_eq!(g.value, value);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut admin = node.admin().await;
+    let st = admin
+        .status(pb::StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((st.ring_size, st.vnodes), (8, 8));
+    let stats = admin.stats(pb::StatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(stats.totals["puts"], 2400.0);
+    assert_eq!(stats.vnodes.len(), 8);
+
+    // Every metric in the contract is exported, with those exact names.
+    let contract = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../docs/metrics.md"
+    ))
+    .unwrap();
+    let names: Vec<&str> = contract
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| l.trim_start_matches("| `").split('`').next().unwrap())
+        .collect();
+    assert!(names.len() >= 20, "contract parsed: {names:?}");
+    let before = node.scrape();
+    for n in &names {
+        let present = before.keys().any(|k| {
+            k == n
+                || k.strip_prefix(n)
+                    .is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s))
+        });
+        assert!(present, "metric {n} from docs/metrics.md is not exported");
+    }
+    assert!(before["levee_requests_total"] >= 4800.0);
+    assert!(before["levee_user_bytes_written_total"] >= 2400.0 * 500.0);
+
+    // Flush so the overwritten records are below the persisted SQN, then compaction and an AAE
+    // rebuild move their metrics.
+    for _ in 0..4 {
+        let mut kv = node.kv().await;
+        for i in 0..100 {
+            kv.put(put("c", &format!("t0-{i}"), &[7u8; 500], vec![]))
+                .await
+                .unwrap();
+        }
+    }
+    let r = admin
+        .compact_journal(pb::CompactJournalRequest { partitions: vec![] })
+        .await
+        .unwrap()
+        .into_inner();
+    let a = admin
+        .rebuild_aae(pb::RebuildAaeRequest {
+            partitions: vec![0, 1],
+            journal_check: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.rebuilt, 2);
+    let after = node.scrape();
+    assert_eq!(
+        after["levee_aae_rebuilds_total"],
+        before["levee_aae_rebuilds_total"] + 2.0
+    );
+    assert_eq!(
+        after["levee_journal_compaction_runs_total"],
+        before["levee_journal_compaction_runs_total"] + r.runs as f64
+    );
+    let t = admin
+        .aae_tree(pb::AaeTreeRequest { partition: 3 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(t.segment_count, 1024);
+    let e = admin
+        .aae_tree(pb::AaeTreeRequest { partition: 99 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let m = admin
+        .set_members(pb::SetMembersRequest {
+            members: vec![pb::Member {
+                name: "n1".into(),
+                address: "10.0.0.1:8087".into(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(m.members.len(), 1);
+    assert_eq!(
+        admin
+            .members(pb::MembersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .version,
+        m.version
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_sync_puts_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--sync-on-write", "sync"]);
+    let mut kv = node.kv().await;
+    for i in 0..500 {
+        kv.put(put(
+            "d",
+            &format!("k{i}"),
+            format!("value {i}").as_bytes(),
+            vec![],
+        ))
+        .await
+        .unwrap();
+    }
+    drop(node); // SIGKILL (Child::kill) and wait
+    let node = Node::start(dir.path(), &["--sync-on-write", "sync"]);
+    let mut kv = node.kv().await;
+    for i in 0..500 {
+        let g = kv
+            .get(pb::GetRequest {
+                bucket: "d".into(),
+                key: format!("k{i}").into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(g.value, format!("value {i}").into_bytes());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drains_in_flight_requests_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), &["--shutdown-timeout-secs", "20"]);
+    let addr = node.grpc.clone();
+    let writers: Vec<_> = (0..4)
+        .map(|t| {
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                let mut kv = KvClient::connect(addr).await.unwrap();
+                let mut acked = Vec::new();
+                for i in 0.. {
+                    match kv
+                        .put(put("s", &format!("{t}-{i}"), &[1u8; 4096], vec![]))
+                        .await
+                    {
+                        Ok(_) => acked.push(format!("{t}-{i}")),
+                        Err(e) => {
+                            assert!(
+                                matches!(
+                                    e.code(),
+                                    Code::Unavailable | Code::Unknown | Code::Cancelled
+                                ),
+                                "{e:?}"
+                            );
+                            break;
+                        }
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Instant::now();
+    node.signal(SIGTERM);
+    let status = tokio::task::spawn_blocking(move || {
+        let s = node.child.wait().unwrap();
+        (s, node)
+    })
+    .await
+    .unwrap();
+    let (status, node) = status;
+    assert!(status.success(), "exit status {status:?}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert!(acked.len() > 10);
+    let log = std::fs::read_to_string(&node.stderr).unwrap();
+    assert!(log.contains("stores flushed and closed"), "{log}");
+    drop(node);
+    // Reopen: nothing to replay (everything was flushed), no warnings, every acknowledged put present.
+    let node = Node::start(dir.path(), &[]);
+    let mut kv = node.kv().await;
+    for k in &acked {
+        kv.get(pb::GetRequest {
+            bucket: "s".into(),
+            key: k.clone().into(),
+        })
+        .await
+        .unwrap();
+    }
+    let log = std::fs::read_to_string(&node.stderr).unwrap();
+    assert!(
+        !log.contains("WARN") && !log.contains("ERROR"),
+        "reopen logged problems: {log}"
+    );
+}

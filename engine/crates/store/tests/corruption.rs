@@ -131,19 +131,24 @@ fn flipped_bytes_never_yield_wrong_values() {
     assert!(detected > 40, "only {detected} of 160 flips were detected");
 }
 
-#[test]
-fn a_torn_tail_is_truncated_and_everything_before_it_survives() {
-    let d = tempfile::tempdir().unwrap();
-    let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+/// Write 100 keys, stop as a crash would (nothing flushed), and return the last journal segment.
+fn crashed_store_with_100_keys(dir: &Path, cfg: Config) -> PathBuf {
+    let s = Store::open(dir, cfg).unwrap();
     for i in 0..100u32 {
         s.put(b"b", &i.to_le_bytes(), &[i as u8; 300], b"", &[])
             .unwrap();
     }
     s.simulate_crash();
-    let seg = files(&d.path().join("journal"))
+    files(&dir.join("journal"))
         .into_iter()
         .rfind(|p| p.extension().unwrap() == "seg")
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_torn_tail_is_truncated_and_everything_before_it_survives() {
+    let d = tempfile::tempdir().unwrap();
+    let seg = crashed_store_with_100_keys(d.path(), Config::small_for_tests());
     let good_len = std::fs::metadata(&seg).unwrap().len();
     // Half a record: a plausible header promising more bytes than were written.
     let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
@@ -167,23 +172,11 @@ fn a_torn_tail_is_truncated_and_everything_before_it_survives() {
 #[test]
 fn a_damaged_record_the_ledger_has_not_persisted_stops_open_without_harm() {
     let d = tempfile::tempdir().unwrap();
-    let s = Store::open(
-        d.path(),
-        Config {
-            memtable_bytes: 1 << 20,
-            ..Config::small_for_tests()
-        },
-    )
-    .unwrap();
-    for i in 0..100u32 {
-        s.put(b"b", &i.to_le_bytes(), &[i as u8; 300], b"", &[])
-            .unwrap();
-    }
-    s.simulate_crash();
-    let seg = files(&d.path().join("journal"))
-        .into_iter()
-        .rfind(|p| p.extension().unwrap() == "seg")
-        .unwrap();
+    let cfg = Config {
+        memtable_bytes: 1 << 20,
+        ..Config::small_for_tests()
+    };
+    let seg = crashed_store_with_100_keys(d.path(), cfg);
     let orig = std::fs::read(&seg).unwrap();
     let mut bad = orig.clone();
     let mid = orig.len() / 2;

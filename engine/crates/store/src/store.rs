@@ -689,6 +689,32 @@ impl Store {
         Ok(())
     }
 
+    /// Wait until the ledger has nothing left to flush or merge: no frozen memtable and every level
+    /// within its target size. Returns `Ok(false)` if `timeout` passes first. Merges run in the
+    /// background; this is for operators and tests that need the ledger settled (for example
+    /// before measuring its shape), not for normal writes.
+    pub fn wait_for_merges(&self, timeout: Duration) -> Result<bool> {
+        let i = &self.inner;
+        i.check_open()?;
+        let deadline = Instant::now() + timeout;
+        let mut bg = i.bg.lock();
+        loop {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            let settled = i.mem.read().immutables.is_empty()
+                && pick_merge(&i.version.read().metas(), &i.cfg, &bg.cursors).is_none();
+            if settled {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            i.bg_cv.notify_all();
+            i.done_cv.wait_for(&mut bg, Duration::from_millis(50));
+        }
+    }
+
     /// Flush, make the journal durable, stop the background worker and release the directory.
     /// Later calls on this handle return `Error::Closed`; closing twice is harmless.
     pub fn close(&self) -> Result<()> {

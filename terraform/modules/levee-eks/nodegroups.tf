@@ -46,6 +46,7 @@ resource "aws_eks_node_group" "group" {
   node_role_arn   = aws_iam_role.node.arn
   subnet_ids      = each.value.subnet_ids
   instance_types  = each.value.instance_types
+  ami_type        = each.value.ami_type
   capacity_type   = "ON_DEMAND"
   labels          = each.value.labels
 

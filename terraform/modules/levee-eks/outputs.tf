@@ -41,7 +41,7 @@ output "storage" {
       storageClassName = local.storage_class[g.profile]
       nodeLabel        = "levee.io/storage=${g.profile}"
       mountPath        = var.data_mount_path
-      discoveryDir     = "${var.data_mount_path}-disks"
+      discoveryDir     = "${var.data_mount_path}-disks/${g.profile}"
     }
   }
 }

@@ -73,18 +73,20 @@ variable "node_groups" {
   description = <<-EOT
     Managed node groups, keyed by a short name. `profile` is nvme (local NVMe instance store, e.g. i4i/i3en)
     or hdd (dense HDD instance store, e.g. d3/d3en); nodes get the label levee.io/storage=<profile> that
-    a KVCluster's spec.storage.profile selects. `subnet_ids` restricts a group to some zones (default: all).
+    a KVCluster's spec.storage.profile selects. A group runs in every subnet unless pinned to some zones
+    with `availability_zones` (new VPC) or to some subnets with `subnet_ids` (existing VPC).
   EOT
   type = map(object({
-    profile        = string
-    instance_types = optional(list(string))
-    min_size       = optional(number, 3)
-    max_size       = optional(number, 6)
-    desired_size   = optional(number, 3)
-    subnet_ids     = optional(list(string))
-    labels         = optional(map(string), {})
-    taint          = optional(bool, false)
-    disk_size_gb   = optional(number, 50)
+    profile            = string
+    instance_types     = optional(list(string))
+    min_size           = optional(number, 3)
+    max_size           = optional(number, 6)
+    desired_size       = optional(number, 3)
+    availability_zones = optional(list(string))
+    subnet_ids         = optional(list(string))
+    labels             = optional(map(string), {})
+    taint              = optional(bool, false)
+    disk_size_gb       = optional(number, 50)
   }))
 
   validation {
@@ -100,24 +102,46 @@ variable "node_groups" {
     error_message = "Each node group needs 0 <= min_size <= desired_size <= max_size and max_size >= 1."
   }
   validation {
-    # Instance families with local instance storage of the right kind. Families are matched on the
-    # part before the dot (i4i.2xlarge -> i4i).
+    condition     = alltrue([for g in values(var.node_groups) : g.instance_types == null || length(coalesce(g.instance_types, ["x"])) > 0])
+    error_message = "A node group's instance_types, when given, must list at least one instance type (leave it out for the profile's defaults)."
+  }
+  validation {
+    # Families are matched on the part before the dot (i4i.2xlarge -> i4i); see local.instance_store_families.
     condition = alltrue([
       for g in values(var.node_groups) : alltrue([
-        for t in coalesce(g.instance_types, g.profile == "hdd" ? ["d3.2xlarge"] : ["i4i.2xlarge"]) :
-        contains(
-          g.profile == "hdd" ? ["d2", "d3", "d3en", "h1"] :
-          ["i3", "i3en", "i4i", "i4g", "im4gn", "is4gen", "i7ie", "c5d", "c6id", "c6gd", "m5d", "m5dn", "m6id", "m6gd", "m7gd", "r5d", "r5dn", "r6id", "r6gd", "r7gd", "x2idn", "x2iedn"],
-          split(".", t)[0]
-        )
+        for t in coalesce(g.instance_types, lookup(local.default_instance_types, g.profile, ["i4i.2xlarge"])) :
+        contains(lookup(local.instance_store_families, g.profile, local.instance_store_families.nvme), split(".", t)[0])
       ])
     ])
-    error_message = "Every instance type must have instance-store disks of its group's profile: nvme groups need an NVMe instance-store family (i3, i3en, i4i, im4gn, is4gen, c5d, m5d, r5d, m6id, c6id, r6id, m7gd, ...); hdd groups need d2, d3, d3en or h1."
+    error_message = "Every instance type must have instance-store disks of its group's profile: nvme groups need an NVMe instance-store family (i3, i3en, i4i, i4g, i7ie, im4gn, is4gen, c5d, m5d, r5d, c6id, m6id, r6id, c6gd, m6gd, r6gd, m7gd, r7gd, x2idn, x2iedn); hdd groups need d2, d3, d3en or h1."
+  }
+  validation {
+    # A managed node group runs one AMI type, so its instance types must share a CPU architecture.
+    condition = alltrue([
+      for g in values(var.node_groups) :
+      length(distinct([for t in coalesce(g.instance_types, lookup(local.default_instance_types, g.profile, ["i4i.2xlarge"])) : contains(local.arm64_families, split(".", t)[0])])) <= 1
+    ])
+    error_message = "A node group's instance types must all be x86_64 or all be arm64 (Graviton: i4g, im4gn, is4gen, c6gd, m6gd, r6gd, m7gd, r7gd); put them in separate groups."
+  }
+  validation {
+    condition = alltrue([
+      for g in values(var.node_groups) : g.subnet_ids == null || length(coalesce(g.subnet_ids, ["x"])) > 0
+    ])
+    error_message = "A node group's subnet_ids, when given, must list at least one subnet (leave it out to use all of the cluster's subnets)."
+  }
+  validation {
+    condition = alltrue([
+      for g in values(var.node_groups) : g.availability_zones == null || (
+        var.create_vpc && g.subnet_ids == null && length(coalesce(g.availability_zones, [])) > 0 &&
+        length(setsubtract(coalesce(g.availability_zones, []), var.availability_zones)) == 0
+      )
+    ])
+    error_message = "A node group's availability_zones pins it to zones of the module's new VPC: it needs create_vpc = true, must be a non-empty subset of availability_zones, and excludes subnet_ids (use subnet_ids with an existing VPC)."
   }
 }
 
 variable "data_mount_path" {
-  description = "Where the node's instance-store array is mounted. The local-volume discovery directory is <path>-disks/."
+  description = "Where the node's instance-store array is mounted. The local-volume discovery directory is <path>-disks/<profile>/."
   type        = string
   default     = "/mnt/levee"
 

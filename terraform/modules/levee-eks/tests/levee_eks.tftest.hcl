@@ -65,6 +65,10 @@ run "node_groups_per_profile" {
     error_message = "sizes are passed through"
   }
   assert {
+    condition     = aws_eks_node_group.group["nvme"].ami_type == "AL2023_x86_64_STANDARD" && aws_eks_node_group.group["hdd"].ami_type == "AL2023_x86_64_STANDARD"
+    error_message = "i4i/i3en/d3en groups run the x86_64 AL2023 EKS AMI"
+  }
+  assert {
     condition     = aws_eks_node_group.group["hdd"].update_config[0].max_unavailable == 1
     error_message = "storage nodes are replaced one at a time"
   }
@@ -73,7 +77,7 @@ run "node_groups_per_profile" {
     error_message = "a new VPC gets a private and a public subnet per zone and one NAT gateway"
   }
   assert {
-    condition     = output.storage["hdd"].storageClassName == "levee-hdd" && output.storage["nvme"].storageClassName == "levee-nvme" && output.storage["nvme"].nodeLabel == "levee.io/storage=nvme"
+    condition     = output.storage["hdd"].storageClassName == "levee-hdd" && output.storage["nvme"].storageClassName == "levee-nvme" && output.storage["nvme"].nodeLabel == "levee.io/storage=nvme" && output.storage["hdd"].discoveryDir == "/mnt/levee-disks/hdd" && output.storage["nvme"].mountPath == "/mnt/levee"
     error_message = "the storage output tells what to put in a KVCluster"
   }
   assert {
@@ -96,7 +100,7 @@ run "user_data_prepares_the_disks" {
       "--level=0",
       "mkfs.xfs",
       "mount -o noatime",
-      "DISCOVERY=\"/mnt/levee-disks\"",
+      "DISCOVERY=\"/mnt/levee-disks/nvme\"",
       "mount --bind",
       "echo none >",
       "transparent_hugepage/enabled",
@@ -104,7 +108,7 @@ run "user_data_prepares_the_disks" {
     error_message = "nvme user data finds the instance-store disks, builds RAID0, formats XFS, mounts noatime, exposes the mount, sets the none scheduler and turns THP off"
   }
   assert {
-    condition     = strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "echo mq-deadline >") && !strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "echo none >")
+    condition     = strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "echo mq-deadline >") && !strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "echo none >") && strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "DISCOVERY=\"/mnt/levee-disks/hdd\"")
     error_message = "hdd nodes use the mq-deadline scheduler"
   }
   assert {
@@ -176,6 +180,58 @@ run "existing_vpc" {
   }
 }
 
+run "groups_pinned_to_zones" {
+  command = plan
+
+  # Give the new VPC's private subnets known ids at plan time so the node groups' subnets can be compared.
+  override_resource {
+    target          = aws_subnet.private[0]
+    override_during = plan
+    values          = { id = "subnet-1a" }
+  }
+  override_resource {
+    target          = aws_subnet.private[1]
+    override_during = plan
+    values          = { id = "subnet-1b" }
+  }
+  override_resource {
+    target          = aws_subnet.private[2]
+    override_during = plan
+    values          = { id = "subnet-1c" }
+  }
+
+  variables {
+    node_groups = {
+      nvme = { profile = "nvme" }
+      hdd  = { profile = "hdd", availability_zones = ["eu-west-1a", "eu-west-1c"], min_size = 2, desired_size = 2 }
+    }
+  }
+
+  assert {
+    condition     = aws_eks_node_group.group["nvme"].subnet_ids == toset(["subnet-1a", "subnet-1b", "subnet-1c"])
+    error_message = "an unpinned group spans every zone of the new VPC"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["hdd"].subnet_ids == toset(["subnet-1a", "subnet-1c"])
+    error_message = "a group pinned to zones gets the private subnets of those zones only"
+  }
+  assert {
+    condition     = aws_eks_cluster.this.vpc_config[0].subnet_ids == toset(["subnet-1a", "subnet-1b", "subnet-1c"])
+    error_message = "the control plane uses every private subnet"
+  }
+}
+
+run "graviton_group_runs_arm64_ami" {
+  command = plan
+  variables {
+    node_groups = { arm = { profile = "nvme", instance_types = ["im4gn.2xlarge", "is4gen.2xlarge"] } }
+  }
+  assert {
+    condition     = aws_eks_node_group.group["arm"].ami_type == "AL2023_ARM_64_STANDARD"
+    error_message = "Graviton instance-store families run the arm64 AL2023 EKS AMI"
+  }
+}
+
 run "unknown_profile_is_rejected" {
   command = plan
   variables {
@@ -232,4 +288,39 @@ run "bad_name_is_rejected" {
     name = "Levee_Prod"
   }
   expect_failures = [var.name]
+}
+
+run "mixed_architectures_are_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", instance_types = ["i4i.2xlarge", "im4gn.2xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "empty_instance_types_are_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", instance_types = [] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "empty_group_subnets_are_rejected" {
+  command = plan
+  variables {
+    create_vpc  = false
+    vpc_id      = "vpc-0123"
+    subnet_ids  = ["subnet-a", "subnet-b"]
+    node_groups = { nvme = { profile = "nvme", subnet_ids = [] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "zones_outside_the_vpc_are_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", availability_zones = ["eu-west-1d"] } }
+  }
+  expect_failures = [var.node_groups]
 }

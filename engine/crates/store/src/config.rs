@@ -36,6 +36,12 @@ pub struct Config {
     pub journal_segment_bytes: u64,
     /// ... or this many records.
     pub journal_segment_records: u64,
+    /// With `sync_on_write = none`, ask the background syncer to fdatasync the active segment each
+    /// time this many bytes have been appended since the last request (0: never); writers do not
+    /// wait for it. Keeps the dirty tail short, so the fdatasync a segment roll does under the
+    /// write lock is short (measured at 8 KB values: longest roll 2.4 s without, 0.04-0.11 s with
+    /// 8 MiB), and bounds what an OS crash can lose. Ignored in `sync` mode.
+    pub journal_bytes_per_sync: u64,
     /// The ledger memtable is flushed to an SST when it holds this many bytes.
     pub memtable_bytes: usize,
     /// Target size of a ledger SST file.
@@ -90,6 +96,7 @@ impl Default for Config {
             sync_on_write: SyncMode::None,
             journal_segment_bytes: 1 << 30,
             journal_segment_records: 200_000,
+            journal_bytes_per_sync: 8 << 20,
             memtable_bytes: 16 << 20,
             sst_target_bytes: 8 << 20,
             sst_block_bytes: 4096,

@@ -98,6 +98,10 @@ pub struct Stats {
     pub journal_fsyncs: u64,
     /// Time spent in journal fdatasync calls.
     pub journal_fsync_seconds: f64,
+    /// Segment rolls (sync of the old segment, its index, the new file) under the write lock.
+    pub journal_roll_seconds: f64,
+    /// Longest single roll: writers wait this long behind it.
+    pub max_journal_roll_seconds: f64,
     pub aae_rebuilds: u64,
     /// Duration of the last AAE rebuild.
     pub aae_rebuild_seconds: f64,
@@ -128,6 +132,8 @@ struct Counters {
     max_stall_nanos: AtomicU64,
     fsyncs: AtomicU64,
     fsync_nanos: AtomicU64,
+    roll_nanos: AtomicU64,
+    max_roll_nanos: AtomicU64,
     aae_rebuilds: AtomicU64,
     aae_rebuild_nanos: AtomicU64,
     compaction_runs: AtomicU64,
@@ -146,6 +152,8 @@ struct WriteState {
     next_sqn: Sqn,
     next_segment_id: u64,
     buf: Vec<u8>,
+    /// Bytes appended since the last background-sync request (`journal_bytes_per_sync`).
+    unsynced_bytes: u64,
 }
 
 struct ManifestState {
@@ -521,6 +529,7 @@ impl Store {
                 next_sqn: max_sqn + 1,
                 next_segment_id: next_segment_id + 1,
                 buf: Vec::new(),
+                unsynced_bytes: 0,
             }),
             mem: RwLock::new(mem),
             version: RwLock::new(Arc::new(version)),
@@ -572,17 +581,18 @@ impl Store {
         } else {
             None
         };
-        let syncer = if inner.cfg.sync_on_write == SyncMode::Sync {
-            let syncer_inner = inner.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("levee-journal-sync".into())
-                    .spawn(move || syncer_inner.syncer())
-                    .ctx(|| "starting the journal syncer".to_string())?,
-            )
-        } else {
-            None
-        };
+        let syncer =
+            if inner.cfg.sync_on_write == SyncMode::Sync || inner.cfg.journal_bytes_per_sync > 0 {
+                let syncer_inner = inner.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("levee-journal-sync".into())
+                        .spawn(move || syncer_inner.syncer())
+                        .ctx(|| "starting the journal syncer".to_string())?,
+                )
+            } else {
+                None
+            };
         Ok(Store {
             inner,
             worker: Mutex::new(Some(worker)),
@@ -869,6 +879,8 @@ impl Store {
             ledger_merge_backlog: merge_backlog(&version.metas(), &i.cfg),
             journal_fsyncs: l(&c.fsyncs),
             journal_fsync_seconds: l(&c.fsync_nanos) as f64 / 1e9,
+            journal_roll_seconds: l(&c.roll_nanos) as f64 / 1e9,
+            max_journal_roll_seconds: l(&c.max_roll_nanos) as f64 / 1e9,
             aae_rebuilds: l(&c.aae_rebuilds),
             aae_rebuild_seconds: l(&c.aae_rebuild_nanos) as f64 / 1e9,
             live_snapshots: i.reap_snapshots() as u64,
@@ -1225,7 +1237,13 @@ impl Inner {
             ) {
                 let id = w.next_segment_id;
                 // The write itself is in; a failed roll leaves the old segment active.
-                match w.journal.roll(&self.journal.dir, id) {
+                let t = Instant::now();
+                let rolled = w.journal.roll(&self.journal.dir, id);
+                let n = t.elapsed().as_nanos() as u64;
+                self.c.roll_nanos.fetch_add(n, Ordering::Relaxed);
+                self.c.max_roll_nanos.fetch_max(n, Ordering::Relaxed);
+                w.unsynced_bytes = 0;
+                match rolled {
                     Ok(seg) => {
                         w.next_segment_id += 1;
                         self.journal.push(seg);
@@ -1238,6 +1256,17 @@ impl Inner {
                         }
                     }
                     Err(e) => log::error!("rolling the journal segment: {e}"),
+                }
+            }
+            if self.cfg.sync_on_write == SyncMode::None && self.cfg.journal_bytes_per_sync > 0 {
+                w.unsynced_bytes += len as u64;
+                if w.unsynced_bytes >= self.cfg.journal_bytes_per_sync {
+                    w.unsynced_bytes = 0;
+                    let mut s = self.sync.lock();
+                    if s.requested < sqn {
+                        s.requested = sqn;
+                        self.syncer_cv.notify_one();
+                    }
                 }
             }
             if self.mem.read().active.bytes() >= self.cfg.memtable_bytes {

@@ -221,6 +221,35 @@ fn a_single_sync_writer_fsyncs_every_write() {
     assert_eq!(s.stats().journal_fsyncs, 50);
 }
 
+/// `journal_bytes_per_sync` in `none` mode: writers do not wait, but the background syncer
+/// fdatasyncs about once per that many appended bytes, and 0 turns it off.
+#[test]
+fn unsynced_writers_get_background_syncs_per_journal_bytes() {
+    let run = |bytes_per_sync: u64| {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            sync_on_write: SyncMode::None,
+            journal_bytes_per_sync: bytes_per_sync,
+            ..Config::default()
+        };
+        let s = Store::open(d.path(), cfg).unwrap();
+        for i in 0..400u32 {
+            s.put(b"b", &i.to_le_bytes(), &[7u8; 8192], b"", &[])
+                .unwrap();
+            if i % 64 == 63 {
+                // Give the syncer a moment so requests do not all merge into one.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        s.close().unwrap();
+        s.stats().journal_fsyncs
+    };
+    assert_eq!(run(0), 0, "bytes_per_sync 0 must not fsync in none mode");
+    // 400 x 8 KiB = 3.2 MiB of journal: a request every 256 KiB is 12 of them.
+    let n = run(256 << 10);
+    assert!((4..=13).contains(&n), "expected about 12 background fsyncs, got {n}");
+}
+
 #[test]
 fn stats_account_for_bytes_written() {
     let d = tempfile::tempdir().unwrap();

@@ -1,22 +1,29 @@
 # levee — one entry point for the whole repository.
-#   make demo     run the main job on an embedded default (engine workload, prints ops/s and latencies)
-#   make test     everything CI runs: lint, engine tests (model, crash, corruption), operator, terraform
+#   make demo     build, then a ~2 min seed-style volume test of levee vs RocksDB: ratio table + charts in out/demo
+#   make test     everything CI runs: lint, engine + bench + node tests, operator, terraform
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
 ENGINE := engine
 CRASH_KILLS ?= 50
 
-.PHONY: all deps build test demo lint fmt bench bench-maintenance crash-soak manifests \
-        engine-test operator-test terraform-test clean
+.PHONY: all deps sys-deps build test demo demo-engine lint fmt bench-engine bench-maintenance crash-soak \
+        manifests engine-test operator-test terraform-test clean
+
+# Debian packages outside the Rust/Go toolchains: the benchmark peers (RocksDB, LevelDB, libclang for
+# their bindings, a font for the charts, in bench.mk) and jq (terraform's user-data lint).
+SYS_DEBS := jq
 
 all: build
 
 ## deps: install the toolchain pieces the build needs (idempotent)
-deps:
+deps: sys-deps bench-deps
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+
+sys-deps:
+	@hack/ensure-debs.sh $(SYS_DEBS)
 
 ## build: compile the engine workspace (release) and the operator
 build: deps
@@ -32,7 +39,7 @@ fmt:
 	cd $(ENGINE) && $(CARGO) fmt --all
 
 ## test: the README's test command; CI runs exactly this on a clean clone
-test: lint engine-test operator-test terraform-test
+test: lint engine-test operator-test terraform-test image-test
 	@echo "make test: all suites passed"
 
 engine-test: deps
@@ -41,19 +48,22 @@ engine-test: deps
 operator-test:
 	$(MAKE) -C operator test
 
-terraform-test:
+terraform-test: sys-deps
 	$(MAKE) -C terraform test
 
 manifests:
 	$(MAKE) -C operator manifests
 
-## demo: open a store in a temp dir and run a seed-like workload (8 KB values, pareto keys, 5 GET : 1 UPDATE)
+## demo: levee vs RocksDB on e2e/scenarios/demo.toml (bench-demo in bench.mk)
+demo: deps bench-demo
+
+## demo-engine: open a store in a temp dir and run a seed-like workload (8 KB values, pareto keys, 5 GET : 1 UPDATE)
 DEMO_SECS ?= 30
-demo: deps
+demo-engine: deps
 	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example demo -- --seconds $(DEMO_SECS)
 
-## bench: engine micro-benchmark (8 KB values: put sync off/on at 1 and 32 writers, get, head)
-bench: deps
+## bench-engine: engine micro-benchmark (8 KB values: put sync off/on at 1 and 32 writers, get, head)
+bench-engine: deps
 	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example bench
 
 ## bench-maintenance: journal compaction MB/s, put p99 with/without compaction, AAE rebuild of 1M keys
@@ -67,3 +77,8 @@ crash-soak: deps
 clean:
 	cd $(ENGINE) && $(CARGO) clean
 	$(MAKE) -C operator clean || true
+
+# levee-bench: bench-deps, bench-build, bench-test, bench-demo, bench (the full volume-test matrix)
+include bench.mk
+# levee container image: image, image-test (static musl binary, OCI archive, private containerd)
+include image.mk

@@ -1,0 +1,396 @@
+//! The load loop and basho_bench-compatible output: `summary.csv`, `<op>_latencies.csv`
+//! (µs, HDR histograms per window), `errors.csv`, plus `resources.csv` (device bytes written from
+//! /proc/self/io, disk usage, RSS, CPU), `maintenance.csv` (explicit journal compactions, when the
+//! scenario asks for them) and `meta.txt`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::drivers::Driver;
+use crate::generators::{key_bytes, random_buffer, KeyGen, ValueGen, VALUE_BUFFER_BYTES};
+use crate::scenario::Scenario;
+
+pub const SUMMARY_HEADER: &str = "elapsed, window, total, successful, failed";
+pub const LATENCY_HEADER: &str =
+    "elapsed, window, n, min, mean, median, 95th, 99th, 99_9th, max, errors";
+pub const ERRORS_HEADER: &str = "\"error\",\"count\"";
+pub const MAINTENANCE_HEADER: &str = "elapsed, seconds, bytes_before, bytes_after, error";
+pub const RESOURCES_HEADER: &str =
+    "elapsed, window, device_write_bytes, disk_bytes, rss_bytes, cpu_seconds";
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()
+}
+
+#[derive(Default)]
+struct Window {
+    hists: BTreeMap<String, Histogram<u64>>,
+    errors: BTreeMap<String, u64>,
+    errors_by_op: BTreeMap<String, u64>,
+}
+
+/// Totals of a finished run.
+#[derive(Debug, Clone, Default)]
+pub struct RunResult {
+    pub successful: u64,
+    pub failed: u64,
+    pub seconds: f64,
+    pub user_bytes_written: u64,
+    pub device_bytes_written: u64,
+}
+
+fn proc_io_write_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("write_bytes: ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn rss_and_cpu() -> (u64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = 100.0; // USER_HZ on Linux
+    let cpu = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+    let rss = f.get(21).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4096;
+    (rss, cpu)
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn pick_op(ops: &[(String, u32)], total: u32, rng: &mut SmallRng) -> usize {
+    let mut r = rng.gen_range(0..total);
+    for (i, (_, w)) in ops.iter().enumerate() {
+        if r < *w {
+            return i;
+        }
+        r -= w;
+    }
+    ops.len() - 1
+}
+
+/// Run the scenario against `driver`, writing the CSVs into `out`.
+pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Result<RunResult> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let buf = random_buffer(VALUE_BUFFER_BYTES, 0x5EED);
+    let user_bytes = Arc::new(AtomicU64::new(0));
+    let io_start = proc_io_write_bytes();
+
+    if s.preload.keys > 0 {
+        let mut v = ValueGen::new(&s.value_generator, buf.clone(), 99);
+        let start = Instant::now();
+        for k in 0..s.preload.keys {
+            let value = v.next_value();
+            user_bytes.fetch_add(value.len() as u64 + 12, Ordering::Relaxed);
+            driver.put(&key_bytes(k), value, &[])?;
+            if !quiet && k % 10_000 == 0 {
+                eprint!("\rpreload {k}/{} keys", s.preload.keys);
+            }
+        }
+        if !quiet {
+            eprintln!(
+                "\rpreload {} keys in {:.1} s",
+                s.preload.keys,
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    let windows: Vec<Arc<Mutex<Window>>> = (0..s.concurrent)
+        .map(|_| Arc::new(Mutex::new(Window::default())))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done_ops = Arc::new(AtomicU64::new(0));
+    let done_errs = Arc::new(AtomicU64::new(0));
+    let shared_seq = Arc::new(AtomicU64::new(s.preload.keys));
+    let total_weight: u32 = s.operations.iter().map(|(_, w)| *w).sum();
+    let start = Instant::now();
+    let deadline = start + s.duration;
+    let workers: Vec<_> = (0..s.concurrent)
+        .map(|w| {
+            let (s, driver, window, stop) =
+                (s.clone(), driver.clone(), windows[w].clone(), stop.clone());
+            let (buf, shared, ops_c, errs_c, user) = (
+                buf.clone(),
+                shared_seq.clone(),
+                done_ops.clone(),
+                done_errs.clone(),
+                user_bytes.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut keys =
+                    KeyGen::new(&s.key_generator, w as u64, s.concurrent as u64, shared, 1);
+                let mut values = ValueGen::new(&s.value_generator, buf, w as u64 + 1000);
+                let mut rng = SmallRng::seed_from_u64(w as u64 * 7919);
+                let interval = (s.mode == "rate").then(|| Duration::from_secs_f64(1.0 / s.rate));
+                let mut next_at = Instant::now();
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if let Some(iv) = interval {
+                        let now = Instant::now();
+                        if next_at > now {
+                            std::thread::sleep(next_at - now);
+                        }
+                        next_at += iv;
+                    }
+                    let i = pick_op(&s.operations, total_weight, &mut rng);
+                    let op = s.operations[i].0.as_str();
+                    let Some(k) = keys.next_key() else { break };
+                    let key = key_bytes(k);
+                    let t = Instant::now();
+                    let result: Result<()> = match op {
+                        "get" => driver.get(&key).map(|_| ()),
+                        "head" => driver.head(&key).map(|_| ()),
+                        "delete" => driver.delete(&key),
+                        "put" | "update" | "update_with_2i" => (|| {
+                            if op != "put" {
+                                driver.get(&key)?;
+                            }
+                            let index: Vec<(String, i64)> = if op == "update_with_2i" {
+                                (0..s.index.entries)
+                                    .map(|e| (format!("f{e}_int"), rng.gen_range(0..s.index.terms)))
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            };
+                            let value = values.next_value();
+                            user.fetch_add((value.len() + key.len()) as u64, Ordering::Relaxed);
+                            driver.put(&key, value, &index)
+                        })(),
+                        "index_query" => {
+                            let lo = rng.gen_range(0..s.index.terms);
+                            driver
+                                .index_query(
+                                    "f0_int",
+                                    lo,
+                                    lo + s.index.query_width,
+                                    s.index.max_results,
+                                )
+                                .map(|_| ())
+                        }
+                        _ => unreachable!("validated"),
+                    };
+                    let us = t.elapsed().as_micros() as u64;
+                    let mut win = window.lock();
+                    match result {
+                        Ok(()) => win
+                            .hists
+                            .entry(op.to_string())
+                            .or_insert_with(hist)
+                            .saturating_record(us.max(1)),
+                        Err(e) => {
+                            *win.errors.entry(format!("{op}: {e}")).or_default() += 1;
+                            *win.errors_by_op.entry(op.to_string()).or_default() += 1;
+                            errs_c.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    ops_c.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    // Explicit maintenance (levee journal compaction), one row per call in maintenance.csv.
+    let maintenance = match s.compaction_interval()? {
+        None => None,
+        Some(every) => {
+            let (driver, stop) = (driver.clone(), stop.clone());
+            let mut log = std::fs::File::create(out.join("maintenance.csv"))?;
+            writeln!(log, "{MAINTENANCE_HEADER}")?;
+            Some(std::thread::spawn(move || -> Result<()> {
+                let mut next = start + every;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if Instant::now() < next {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    let t = Instant::now();
+                    let (before, after, error) = match driver.maintain() {
+                        Ok(Some((b, a))) => (b, a, String::new()),
+                        Ok(None) => break,
+                        Err(e) => (0, 0, e.to_string().replace(',', ";")),
+                    };
+                    writeln!(
+                        log,
+                        "{:.3}, {:.3}, {before}, {after}, {error}",
+                        (t - start).as_secs_f64(),
+                        t.elapsed().as_secs_f64()
+                    )?;
+                    next = Instant::now() + every;
+                }
+                Ok(())
+            }))
+        }
+    };
+
+    // Reporter: one row per window.
+    let mut summary = std::fs::File::create(out.join("summary.csv"))?;
+    writeln!(summary, "{SUMMARY_HEADER}")?;
+    let mut resources = std::fs::File::create(out.join("resources.csv"))?;
+    writeln!(resources, "{RESOURCES_HEADER}")?;
+    let mut lat_files: BTreeMap<String, std::fs::File> = BTreeMap::new();
+    for (op, _) in &s.operations {
+        if !lat_files.contains_key(op) {
+            let mut f = std::fs::File::create(out.join(format!("{op}_latencies.csv")))?;
+            writeln!(f, "{LATENCY_HEADER}")?;
+            lat_files.insert(op.clone(), f);
+        }
+    }
+    let mut all_errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut result = RunResult::default();
+    let mut io_last = proc_io_write_bytes();
+    let mut last_tick = start;
+    let data_dir: Option<PathBuf> = driver.data_dir();
+    loop {
+        let mut finished = workers.iter().all(|w| w.is_finished());
+        let next_tick = last_tick + s.report_interval;
+        // Sleep in short steps so the progress line stays live.
+        while Instant::now() < next_tick && !workers.iter().all(|w| w.is_finished()) {
+            std::thread::sleep(
+                Duration::from_millis(100).min(next_tick.saturating_duration_since(Instant::now())),
+            );
+            if !quiet {
+                let el = start.elapsed().as_secs_f64();
+                eprint!(
+                    "\r{} [{:>5.0}s elapsed, {:>5.0}s left] {:>9} ops  {:>8.0} ops/s  {} errors   ",
+                    s.driver,
+                    el,
+                    (s.duration.as_secs_f64() - el).max(0.0),
+                    done_ops.load(Ordering::Relaxed),
+                    done_ops.load(Ordering::Relaxed) as f64 / el.max(0.001),
+                    done_errs.load(Ordering::Relaxed)
+                );
+            }
+        }
+        // At the deadline, let the operations in flight finish into this window rather than
+        // into a sliver of a window of their own.
+        if Instant::now() >= deadline {
+            while !workers.iter().all(|w| w.is_finished()) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            finished = true;
+        }
+        let now = Instant::now();
+        let window_secs = (now - last_tick).as_secs_f64();
+        last_tick = now;
+        let elapsed = (now - start).as_secs_f64();
+        let mut merged = Window::default();
+        for w in &windows {
+            let taken = std::mem::take(&mut *w.lock());
+            for (op, h) in taken.hists {
+                merged.hists.entry(op).or_insert_with(hist).add(&h).unwrap();
+            }
+            for (e, n) in taken.errors {
+                *merged.errors.entry(e).or_default() += n;
+            }
+            for (e, n) in taken.errors_by_op {
+                *merged.errors_by_op.entry(e).or_default() += n;
+            }
+        }
+        let ok: u64 = merged.hists.values().map(|h| h.len()).sum();
+        let failed: u64 = merged.errors.values().sum();
+        if ok + failed > 0 || !finished {
+            writeln!(
+                summary,
+                "{elapsed:.3}, {window_secs:.3}, {}, {ok}, {failed}",
+                ok + failed
+            )?;
+            for (op, f) in lat_files.iter_mut() {
+                let errors = merged.errors_by_op.get(op).copied().unwrap_or(0);
+                match merged.hists.get(op) {
+                    Some(h) if !h.is_empty() => writeln!(
+                        f,
+                        "{elapsed:.3}, {window_secs:.3}, {}, {}, {:.1}, {}, {}, {}, {}, {}, {errors}",
+                        h.len(),
+                        h.min(),
+                        h.mean(),
+                        h.value_at_quantile(0.5),
+                        h.value_at_quantile(0.95),
+                        h.value_at_quantile(0.99),
+                        h.value_at_quantile(0.999),
+                        h.max()
+                    )?,
+                    _ => writeln!(f, "{elapsed:.3}, {window_secs:.3}, 0, 0, 0, 0, 0, 0, 0, 0, {errors}")?,
+                }
+            }
+            let io = proc_io_write_bytes();
+            let (rss, cpu) = rss_and_cpu();
+            let disk = data_dir.as_deref().map(dir_bytes).unwrap_or(0);
+            writeln!(
+                resources,
+                "{elapsed:.3}, {window_secs:.3}, {}, {disk}, {rss}, {cpu:.2}",
+                io - io_last
+            )?;
+            io_last = io;
+        }
+        result.successful += ok;
+        result.failed += failed;
+        for (e, n) in merged.errors {
+            *all_errors.entry(e).or_default() += n;
+        }
+        if finished {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?;
+    }
+    if let Some(m) = maintenance {
+        m.join()
+            .map_err(|_| anyhow::anyhow!("the maintenance thread panicked"))??;
+    }
+    driver.close()?;
+    result.seconds = start.elapsed().as_secs_f64();
+    result.user_bytes_written = user_bytes.load(Ordering::Relaxed);
+    result.device_bytes_written = proc_io_write_bytes() - io_start;
+    let mut errors = std::fs::File::create(out.join("errors.csv"))?;
+    writeln!(errors, "{ERRORS_HEADER}")?;
+    for (e, n) in &all_errors {
+        writeln!(errors, "\"{}\",{n}", e.replace('"', "'"))?;
+    }
+    std::fs::write(
+        out.join("meta.txt"),
+        format!(
+            "driver={}\nsuccessful={}\nfailed={}\nseconds={:.3}\nuser_bytes_written={}\ndevice_bytes_written={}\n",
+            s.driver, result.successful, result.failed, result.seconds, result.user_bytes_written, result.device_bytes_written
+        ),
+    )?;
+    if !quiet {
+        eprintln!(
+            "\rdone: {} ops in {:.1} s ({:.0} ops/s), {} errors, write amplification {:.2}            ",
+            result.successful,
+            result.seconds,
+            result.successful as f64 / result.seconds,
+            result.failed,
+            result.device_bytes_written as f64 / result.user_bytes_written.max(1) as f64
+        );
+    }
+    Ok(result)
+}

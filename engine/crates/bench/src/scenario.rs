@@ -1,0 +1,265 @@
+//! Scenario files (TOML) in basho_bench's vocabulary. See docs/benchmarks.md for every field.
+//!
+//! ```toml
+//! driver = "levee"              # levee | rocksdb | rocksdb-blob | fjall | leveldb | grpc
+//! mode = "max"                  # or "rate" with rate = <ops/s per worker>
+//! concurrent = 8
+//! duration = "2m"               # s / m / h suffixes
+//! report_interval = "10s"
+//! sync = false                  # durable writes (sync_on_write / WriteOptions::sync)
+//! operations = [["get", 5], ["update", 1]]
+//! [key_generator]
+//! type = "pareto_int"           # uniform_int | sequential_int | partitioned_sequential_int | pareto_int | truncated_pareto_int
+//! n = 100000
+//! [value_generator]
+//! type = "fixed_bin"            # fixed_bin (size) | exponential_bin (min, mean) | uniform_bin (min, max)
+//! size = 8192
+//! compact_journal_every = "10s"  # optional: explicit maintenance (levee journal compaction)
+//! [preload]
+//! keys = 10000                  # sequential puts of keys 0..keys before the timed run
+//! ```
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default = "default_driver")]
+    pub driver: String,
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    /// Operations per second per worker when `mode = "rate"`.
+    #[serde(default)]
+    pub rate: f64,
+    pub concurrent: usize,
+    #[serde(with = "dur")]
+    pub duration: Duration,
+    #[serde(with = "dur", default = "default_interval")]
+    pub report_interval: Duration,
+    #[serde(default)]
+    pub sync: bool,
+    pub operations: Vec<(String, u32)>,
+    pub key_generator: KeyGenSpec,
+    pub value_generator: ValueGenSpec,
+    #[serde(default)]
+    pub preload: Preload,
+    /// Index entries per update_with_2i and the term range of index_query.
+    #[serde(default)]
+    pub index: IndexSpec,
+    /// Ask the driver for explicit maintenance this often (levee: journal compaction), e.g.
+    /// "10s". Off by default.
+    #[serde(default)]
+    pub compact_journal_every: Option<String>,
+    /// gRPC driver: node address.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
+pub enum KeyGenSpec {
+    UniformInt { n: u64 },
+    SequentialInt { n: u64 },
+    PartitionedSequentialInt { n: u64 },
+    ParetoInt { n: u64 },
+    TruncatedParetoInt { n: u64 },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
+pub enum ValueGenSpec {
+    FixedBin { size: usize },
+    ExponentialBin { min: usize, mean: usize },
+    UniformBin { min: usize, max: usize },
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preload {
+    #[serde(default)]
+    pub keys: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexSpec {
+    /// Index entries written by update_with_2i.
+    pub entries: u32,
+    /// Integer terms are drawn from 0..terms.
+    pub terms: i64,
+    /// Width of an index_query's term range.
+    pub query_width: i64,
+    pub max_results: u32,
+}
+
+impl Default for IndexSpec {
+    fn default() -> Self {
+        IndexSpec {
+            entries: 4,
+            terms: 10_000,
+            query_width: 10,
+            max_results: 100,
+        }
+    }
+}
+
+fn default_driver() -> String {
+    "levee".into()
+}
+fn default_mode() -> String {
+    "max".into()
+}
+fn default_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+pub const OPS: &[&str] = &[
+    "get",
+    "head",
+    "put",
+    "update",
+    "delete",
+    "index_query",
+    "update_with_2i",
+];
+
+mod dur {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Minutes(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            // basho_bench's duration is in minutes.
+            Raw::Minutes(m) => Ok(Duration::from_secs_f64(m * 60.0)),
+            Raw::Text(t) => super::parse_duration(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// "90s", "2m", "1.5h", "250ms".
+pub fn parse_duration(t: &str) -> Result<Duration> {
+    let t = t.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
+    let n: f64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("bad duration `{t}`"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => bail!("bad duration unit in `{t}` (use ms, s, m or h)"),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl Scenario {
+    pub fn from_toml(text: &str) -> Result<Scenario> {
+        let s: Scenario = toml::from_str(text).context("parsing scenario")?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Scenario> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// `compact_journal_every` as a duration.
+    pub fn compaction_interval(&self) -> Result<Option<Duration>> {
+        match &self.compact_journal_every {
+            None => Ok(None),
+            Some(t) => {
+                let d = parse_duration(t).context("compact_journal_every")?;
+                if d.is_zero() {
+                    bail!("compact_journal_every must be positive");
+                }
+                Ok(Some(d))
+            }
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !crate::drivers::NAMES.contains(&self.driver.as_str()) {
+            bail!(
+                "driver must be one of {}, not `{}`",
+                crate::drivers::NAMES.join(", "),
+                self.driver
+            );
+        }
+        match self.mode.as_str() {
+            "max" => {}
+            "rate" if self.rate > 0.0 => {}
+            "rate" => bail!("mode = \"rate\" needs rate > 0 (operations per second per worker)"),
+            m => bail!("mode must be \"max\" or \"rate\", not `{m}`"),
+        }
+        if self.concurrent == 0 {
+            bail!("concurrent must be at least 1");
+        }
+        if self.duration.is_zero() || self.report_interval.is_zero() {
+            bail!("duration and report_interval must be positive");
+        }
+        if self.operations.is_empty() || self.operations.iter().all(|(_, w)| *w == 0) {
+            bail!("operations needs at least one op with a positive weight");
+        }
+        for (op, _) in &self.operations {
+            if !OPS.contains(&op.as_str()) {
+                bail!("unknown operation `{op}` (known: {})", OPS.join(", "));
+            }
+        }
+        self.compaction_interval()?;
+        if self.driver == "grpc" && self.address.is_none() {
+            bail!("driver = \"grpc\" needs address = \"host:port\"");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_seed_like_scenario_and_rejects_bad_ones() {
+        let s = Scenario::from_toml(
+            r#"
+            concurrent = 4
+            duration = 2
+            operations = [["get", 5], ["update", 1]]
+            [key_generator]
+            type = "pareto_int"
+            n = 1000
+            [value_generator]
+            type = "fixed_bin"
+            size = 8192
+            "#,
+        )
+        .unwrap();
+        assert_eq!(s.duration, Duration::from_secs(120));
+        assert_eq!(s.report_interval, Duration::from_secs(10));
+        assert!(matches!(s.key_generator, KeyGenSpec::ParetoInt { n: 1000 }));
+        let bad = |extra: &str| {
+            Scenario::from_toml(&format!(
+                "concurrent = 1\nduration = \"1s\"\noperations = [[\"get\", 1]]\n{extra}\n[key_generator]\ntype = \"uniform_int\"\nn = 5\n[value_generator]\ntype = \"fixed_bin\"\nsize = 1\n"
+            ))
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(format!("{:#}", anyhow::anyhow!(bad("mode = \"rate\""))).contains("rate"));
+        assert!(bad("driver = \"mongo\"").contains("driver"));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

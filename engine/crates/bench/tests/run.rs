@@ -1,0 +1,423 @@
+//! End-to-end checks of levee-bench: short runs against every embedded driver produce
+//! basho_bench-compatible, self-consistent CSVs and charts that decode as PNGs.
+
+use std::path::Path;
+
+use levee_bench::generators::{random_buffer, ValueGen, VALUE_BUFFER_BYTES};
+use levee_bench::runner::{ERRORS_HEADER, LATENCY_HEADER, SUMMARY_HEADER};
+use levee_bench::scenario::{Scenario, ValueGenSpec};
+use levee_bench::{charts, drivers, runner};
+
+fn scenario(driver: &str, ops: &str) -> Scenario {
+    scenario_with(driver, ops, "")
+}
+
+/// `scenario` with extra top-level TOML lines (e.g. the grpc driver's `address`).
+fn scenario_with(driver: &str, ops: &str, extra: &str) -> Scenario {
+    Scenario::from_toml(&format!(
+        r#"
+        {extra}
+        driver = "{driver}"
+        concurrent = 4
+        duration = "1500ms"
+        report_interval = "500ms"
+        operations = {ops}
+        [key_generator]
+        type = "pareto_int"
+        n = 2000
+        [value_generator]
+        type = "fixed_bin"
+        size = 4096
+        [preload]
+        keys = 500
+        [index]
+        entries = 4
+        terms = 100
+        query_width = 20
+        max_results = 50
+        "#
+    ))
+    .unwrap()
+}
+
+/// Rows of a CSV as numbers, after checking its header byte for byte.
+fn rows(path: &Path, header: &str) -> Vec<Vec<f64>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(header), "header of {}", path.display());
+    lines
+        .map(|l| l.split(", ").map(|v| v.parse().unwrap()).collect())
+        .collect()
+}
+
+fn png_size(path: &Path) -> (u32, u32) {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    // Not a blank image: a chart has more than one colour.
+    let first = &buf[..3];
+    assert!(
+        buf.chunks(3).any(|px| px != first),
+        "{} is a blank image",
+        path.display()
+    );
+    (info.width, info.height)
+}
+
+/// Run `s` into `out` and check everything basho_bench's tooling relies on.
+fn run_and_check(s: &Scenario, out: &Path) -> runner::RunResult {
+    let data = tempfile::tempdir().unwrap();
+    let driver = drivers::open(&s.driver, data.path(), s.sync, s.address.as_deref()).unwrap();
+    let r = runner::run(s, driver, out, true).unwrap();
+    let summary = rows(&out.join("summary.csv"), SUMMARY_HEADER);
+    assert!(
+        summary.len() >= 2,
+        "{}: expected several windows, got {summary:?}",
+        s.driver
+    );
+    for row in &summary {
+        assert_eq!(row.len(), 5);
+        assert_eq!(
+            row[2],
+            row[3] + row[4],
+            "total = successful + failed in {row:?}"
+        );
+    }
+    let successful: f64 = summary.iter().map(|r| r[3]).sum();
+    let failed: f64 = summary.iter().map(|r| r[4]).sum();
+    assert!(successful > 0.0, "{}: no successful operations", s.driver);
+    assert_eq!(successful as u64, r.successful);
+    let mut per_op_n = 0.0;
+    let mut per_op_errors = 0.0;
+    let mut ops: Vec<&str> = s.operations.iter().map(|(o, _)| o.as_str()).collect();
+    ops.dedup();
+    for op in ops {
+        let lat = rows(&out.join(format!("{op}_latencies.csv")), LATENCY_HEADER);
+        assert_eq!(
+            lat.len(),
+            summary.len(),
+            "one row per window in {op}_latencies.csv"
+        );
+        for row in &lat {
+            assert_eq!(row.len(), 11);
+            if row[2] > 0.0 {
+                let (min, mean, median, p95, p99, p999, max) =
+                    (row[3], row[4], row[5], row[6], row[7], row[8], row[9]);
+                assert!(
+                    min >= 1.0 && min <= median && median <= p95 && p95 <= p99 && p99 <= p999,
+                    "{op}: {row:?}"
+                );
+                assert!(
+                    p999 <= max * 1.001 + 1.0 && mean <= max && mean >= min,
+                    "{op}: {row:?}"
+                );
+            }
+        }
+        per_op_n += lat.iter().map(|r| r[2]).sum::<f64>();
+        per_op_errors += lat.iter().map(|r| r[10]).sum::<f64>();
+    }
+    assert_eq!(per_op_n, successful, "sum of per-op n = summary successful");
+    assert_eq!(
+        per_op_errors, failed,
+        "sum of per-op errors = summary failed"
+    );
+    let errors = std::fs::read_to_string(out.join("errors.csv")).unwrap();
+    let mut lines = errors.lines();
+    assert_eq!(lines.next(), Some(ERRORS_HEADER));
+    let counted: u64 = lines
+        .map(|l| l.rsplit(',').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counted as f64, failed);
+    // Resources: device bytes written per window are recorded, and the data set uses disk.
+    let res = rows(&out.join("resources.csv"), runner::RESOURCES_HEADER);
+    assert_eq!(res.len(), summary.len());
+    // (The grpc driver's data lives in the node's process, not under the bench's data dir.)
+    assert!(
+        s.driver == "grpc" || res.iter().any(|r| r[3] > 0.0),
+        "{}: disk usage never measured",
+        s.driver
+    );
+    assert!(res.iter().all(|r| r[4] > 0.0), "{}: RSS missing", s.driver);
+    let png = charts::summary_png(out).unwrap();
+    assert_eq!(png_size(&png), (charts::WIDTH, charts::PANEL_HEIGHT * 5));
+    r
+}
+
+fn five_get_one_update(driver: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let s = scenario(
+        driver,
+        r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1]]"#,
+    );
+    let r = run_and_check(&s, out.path());
+    assert_eq!(
+        r.failed,
+        0,
+        "{driver}: {}",
+        std::fs::read_to_string(out.path().join("errors.csv")).unwrap()
+    );
+    assert!(
+        r.user_bytes_written > 500 * 4096,
+        "preload and updates are counted as user bytes"
+    );
+}
+
+#[test]
+fn levee_run_writes_consistent_basho_bench_csvs() {
+    five_get_one_update("levee");
+}
+
+#[test]
+fn rocksdb_run_writes_consistent_basho_bench_csvs() {
+    five_get_one_update("rocksdb");
+}
+
+#[test]
+fn rocksdb_blobdb_run_writes_consistent_basho_bench_csvs() {
+    five_get_one_update("rocksdb-blob");
+}
+
+#[test]
+fn fjall_run_writes_consistent_basho_bench_csvs() {
+    five_get_one_update("fjall");
+}
+
+#[test]
+fn leveldb_run_writes_consistent_basho_bench_csvs() {
+    five_get_one_update("leveldb");
+}
+
+#[test]
+fn two_i_mix_runs_on_every_embedded_driver() {
+    let ops = r#"[["get", 10], ["update", 2], ["update_with_2i", 4], ["index_query", 2]]"#;
+    for driver in ["levee", "rocksdb", "fjall", "leveldb"] {
+        let out = tempfile::tempdir().unwrap();
+        let r = run_and_check(&scenario(driver, ops), out.path());
+        assert_eq!(
+            r.failed,
+            0,
+            "{driver}: {}",
+            std::fs::read_to_string(out.path().join("errors.csv")).unwrap()
+        );
+        let q = rows(
+            &out.path().join("index_query_latencies.csv"),
+            LATENCY_HEADER,
+        );
+        assert!(
+            q.iter().map(|r| r[2]).sum::<f64>() > 0.0,
+            "{driver}: index queries ran"
+        );
+    }
+}
+
+#[test]
+fn index_entries_written_by_puts_are_found_by_index_query() {
+    for driver in ["levee", "rocksdb", "rocksdb-blob", "fjall", "leveldb"] {
+        let data = tempfile::tempdir().unwrap();
+        let d = drivers::open(driver, data.path(), false, None).unwrap();
+        d.put(b"k1", b"v", &[("f0_int".into(), 5), ("f1_int".into(), 6)])
+            .unwrap();
+        d.put(b"k2", b"v", &[("f0_int".into(), 7)]).unwrap();
+        d.put(b"k3", b"v", &[("f0_int".into(), 50)]).unwrap();
+        d.put(b"k4", b"v", &[("f0_int".into(), -3)]).unwrap();
+        assert_eq!(d.index_query("f0_int", 0, 10, 100).unwrap(), 2, "{driver}");
+        assert_eq!(
+            d.index_query("f0_int", -10, 50, 100).unwrap(),
+            4,
+            "{driver}: bounds are inclusive"
+        );
+        assert_eq!(
+            d.index_query("f0_int", 0, 10, 1).unwrap(),
+            1,
+            "{driver}: max_results is honoured"
+        );
+        assert_eq!(
+            d.index_query("f1_int", 0, 10, 100).unwrap(),
+            1,
+            "{driver}: fields are separate"
+        );
+        assert!(
+            d.get(b"k1").unwrap() && !d.get(b"nope").unwrap(),
+            "{driver}"
+        );
+        assert!(d.head(b"k2").unwrap(), "{driver}");
+        d.delete(b"k2").unwrap();
+        assert!(
+            !d.get(b"k2").unwrap() && !d.head(b"k2").unwrap(),
+            "{driver}"
+        );
+        d.close().unwrap();
+    }
+}
+
+#[test]
+fn compare_draws_runs_side_by_side_with_a_ratio_table() {
+    let base = tempfile::tempdir().unwrap();
+    let ops = r#"[["get", 5], ["update", 1]]"#;
+    let a = base.path().join("levee");
+    let b = base.path().join("rocksdb");
+    run_and_check(&scenario("levee", ops), &a);
+    run_and_check(&scenario("rocksdb", ops), &b);
+    let png = base.path().join("compare.png");
+    let table = charts::compare(&[a, b], &png, "get").unwrap();
+    assert_eq!(png_size(&png), (charts::WIDTH, charts::PANEL_HEIGHT * 5));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(
+        lines[2].starts_with("| levee |") && lines[2].contains("| 1.00× |"),
+        "{table}"
+    );
+    assert!(lines[3].starts_with("| rocksdb |"), "{table}");
+    assert!(
+        charts::compare(&[base.path().join("levee")], &png, "get").is_err(),
+        "one run is no comparison"
+    );
+}
+
+#[test]
+fn fixed_bin_values_are_incompressible() {
+    let buf = random_buffer(VALUE_BUFFER_BYTES, 3);
+    let mut g = ValueGen::new(&ValueGenSpec::FixedBin { size: 8192 }, buf, 5);
+    let ratio = |data: &[u8]| data.len() as f64 / zstd::encode_all(data, 3).unwrap().len() as f64;
+    // One value alone, and 64 consecutive values as a block compressor would see them.
+    let one = g.next_value().to_vec();
+    assert!(
+        ratio(&one) < 1.01,
+        "zstd ratio of one value {}",
+        ratio(&one)
+    );
+    let mut block = Vec::new();
+    for _ in 0..64 {
+        block.extend_from_slice(g.next_value());
+    }
+    assert!(
+        ratio(&block) < 1.01,
+        "zstd ratio of 64 values {}",
+        ratio(&block)
+    );
+    // The check can fail: repeated values compress.
+    let repeated: Vec<u8> = one.iter().cycle().take(block.len()).copied().collect();
+    assert!(ratio(&repeated) > 20.0);
+}
+
+#[test]
+fn scenario_library_files_all_parse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../e2e/scenarios");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            Scenario::load(&p).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 7, "expected the scenario library in {}", dir.display());
+}
+
+#[test]
+fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
+    for (driver, expect_rows) in [("levee", true), ("rocksdb", false)] {
+        let out = tempfile::tempdir().unwrap();
+        let mut s = scenario(driver, r#"[["get", 1], ["update", 4]]"#);
+        s.compact_journal_every = Some("300ms".into());
+        s.validate().unwrap();
+        let r = run_and_check(&s, out.path());
+        assert_eq!(r.failed, 0, "{driver}");
+        let text = std::fs::read_to_string(out.path().join("maintenance.csv")).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(runner::MAINTENANCE_HEADER));
+        let rows: Vec<&str> = lines.collect();
+        assert_eq!(!rows.is_empty(), expect_rows, "{driver}: {text}");
+        for row in rows {
+            let f: Vec<&str> = row.split(", ").collect();
+            assert_eq!(f.len(), 5, "{row}");
+            assert_eq!(f[4], "", "{driver}: compaction failed: {row}");
+        }
+    }
+    let mut s = scenario("levee", r#"[["get", 1]]"#);
+    s.compact_journal_every = Some("0s".into());
+    assert!(s.validate().is_err());
+}
+
+/// The `levee` binary next to this test's profile directory (target/<profile>/levee). `cargo test
+/// --workspace` builds it for the node's own tests; `make bench-test` builds it first.
+fn levee_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let bin = profile_dir.join("levee");
+    assert!(
+        bin.exists(),
+        "{} not found: build the node first (cargo build -p levee-node with this profile)",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn grpc_driver_loads_a_running_levee_node() {
+    use std::io::BufRead;
+    let node_dir = tempfile::tempdir().unwrap();
+    /// Kills the node however the test ends, so a failed assertion does not leave it running.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut node = KillOnDrop(
+        std::process::Command::new(levee_binary())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--ring-size", "8", "--data-dir"])
+            .arg(node_dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(node.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("gRPC on ")
+        .nth(1)
+        .and_then(|r| r.split([',', ' ']).next())
+        .unwrap_or_else(|| panic!("no address in the node's startup line {line:?}"))
+        .to_string();
+    let out = tempfile::tempdir().unwrap();
+    let s = scenario_with(
+        "grpc",
+        r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1], ["update_with_2i", 1]]"#,
+        &format!("address = \"http://{addr}\""),
+    );
+    let r = run_and_check(&s, out.path());
+    drop(node);
+    assert_eq!(
+        r.failed,
+        0,
+        "grpc: {}",
+        std::fs::read_to_string(out.path().join("errors.csv")).unwrap()
+    );
+    // The node really stored the preload: its data dir holds journal bytes.
+    let mut bytes = 0u64;
+    let mut stack = vec![node_dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                bytes += m.len();
+            }
+        }
+    }
+    assert!(bytes > 500 * 4096, "node data dir holds only {bytes} bytes");
+}

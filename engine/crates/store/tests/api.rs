@@ -247,7 +247,10 @@ fn unsynced_writers_get_background_syncs_per_journal_bytes() {
     assert_eq!(run(0), 0, "bytes_per_sync 0 must not fsync in none mode");
     // 400 x 8 KiB = 3.2 MiB of journal: a request every 256 KiB is 12 of them.
     let n = run(256 << 10);
-    assert!((4..=13).contains(&n), "expected about 12 background fsyncs, got {n}");
+    assert!(
+        (4..=13).contains(&n),
+        "expected about 12 background fsyncs, got {n}"
+    );
 }
 
 #[test]

@@ -5,11 +5,14 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use levee_proto::v1 as pb;
 use serde_json::json;
-use tonic::transport::Channel;
+use std::path::PathBuf;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+use crate::tls;
 
 #[derive(Args, Clone)]
 pub struct Conn {
-    /// Node address (host:port or http://host:port).
+    /// Node address: host:port (TLS when --tls-ca is given), http://host:port or https://host:port.
     #[arg(
         long,
         env = "LEVEE_ADDR",
@@ -17,6 +20,18 @@ pub struct Conn {
         global = true
     )]
     addr: String,
+    /// Connect with TLS, trusting the node certificates this CA (PEM) signed.
+    #[arg(long, env = "LEVEE_TLS_CA", global = true)]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for nodes that require one; needs --tls-key.
+    #[arg(long, env = "LEVEE_TLS_CERT", global = true)]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "LEVEE_TLS_KEY", global = true)]
+    tls_key: Option<PathBuf>,
+    /// Name the node's certificate must carry (default: the host of --addr).
+    #[arg(long, env = "LEVEE_TLS_DOMAIN", global = true)]
+    tls_domain: Option<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -120,16 +135,67 @@ pub enum AdminCmd {
     },
 }
 
-async fn channel(c: &Conn) -> Result<Channel> {
-    let uri = if c.addr.contains("://") {
-        c.addr.clone()
-    } else {
-        format!("http://{}", c.addr)
+/// The endpoint URI and, when TLS is asked for (an `https://` address or any `--tls-*` option),
+/// its client TLS settings. Every file is read and checked here, so a bad one is named.
+fn endpoint(c: &Conn) -> Result<(String, Option<ClientTlsConfig>)> {
+    let (scheme, rest) = c.addr.split_once("://").unwrap_or(("", c.addr.as_str()));
+    let tls_opts =
+        c.tls_ca.is_some() || c.tls_cert.is_some() || c.tls_key.is_some() || c.tls_domain.is_some();
+    let tls = match scheme {
+        "https" => true,
+        "http" if tls_opts => bail!(
+            "--addr {} is plaintext (http://) but TLS options are given; use https:// or host:port",
+            c.addr
+        ),
+        "http" => false,
+        "" => tls_opts,
+        other => bail!(
+            "--addr {}: unsupported scheme {other}:// (use host:port, http:// or https://)",
+            c.addr
+        ),
     };
-    Channel::from_shared(uri.clone())
+    let uri = format!("{}://{rest}", if tls { "https" } else { "http" });
+    if !tls {
+        return Ok((uri, None));
+    }
+    let Some(ca) = &c.tls_ca else {
+        bail!("TLS to {} needs --tls-ca FILE: the CA certificate that signed the node's certificate (the client has no system trust store)", c.addr)
+    };
+    let ca_pem = tls::read_file("server CA", ca)?;
+    tls::parse_roots("server CA", ca, &ca_pem)?;
+    let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+    match (&c.tls_cert, &c.tls_key) {
+        (None, None) => {}
+        (Some(cert), None) => bail!(tls::TlsError::CertWithoutKey { cert: cert.clone() }),
+        (None, Some(key)) => bail!(tls::TlsError::KeyWithoutCert { key: key.clone() }),
+        (Some(cert), Some(key)) => {
+            let cert_pem = tls::read_file("client certificate", cert)?;
+            let key_pem = tls::read_file("client key", key)?;
+            tls::certified_key(
+                &tokio_rustls::rustls::crypto::ring::default_provider(),
+                ("client certificate", cert, &cert_pem),
+                ("client key", key, &key_pem),
+            )?;
+            cfg = cfg.identity(Identity::from_pem(cert_pem, key_pem));
+        }
+    }
+    if let Some(d) = &c.tls_domain {
+        cfg = cfg.domain_name(d.clone());
+    }
+    Ok((uri, Some(cfg)))
+}
+
+async fn channel(c: &Conn) -> Result<Channel> {
+    let (uri, tls) = endpoint(c)?;
+    let mut ep = Channel::from_shared(uri.clone())
         .with_context(|| format!("bad address {uri}"))?
-        .timeout(std::time::Duration::from_secs_f64(c.timeout))
-        .connect()
+        .timeout(std::time::Duration::from_secs_f64(c.timeout));
+    if let Some(tls) = tls {
+        ep = ep
+            .tls_config(tls)
+            .with_context(|| format!("TLS settings for {uri}"))?;
+    }
+    ep.connect()
         .await
         .with_context(|| format!("cannot connect to {uri}"))
 }
@@ -183,7 +249,61 @@ fn print(conn: &Conn, value: serde_json::Value, text: String) {
     }
 }
 
-pub async fn run(cmd: ClientCmd) -> Result<()> {
+impl ClientCmd {
+    fn conn(&self) -> &Conn {
+        match self {
+            ClientCmd::Put { conn, .. }
+            | ClientCmd::Get { conn, .. }
+            | ClientCmd::Head { conn, .. }
+            | ClientCmd::Delete { conn, .. }
+            | ClientCmd::Query { conn, .. }
+            | ClientCmd::ListKeys { conn, .. } => conn,
+            ClientCmd::Admin(
+                AdminCmd::Status { conn }
+                | AdminCmd::Stats { conn }
+                | AdminCmd::CompactJournal { conn, .. }
+                | AdminCmd::AaeRebuild { conn, .. },
+            ) => conn,
+        }
+    }
+}
+
+/// A node that closes the connection right away is, most often, a TLS/plaintext mismatch or a
+/// missing client certificate; the transport error alone ("connection closed") does not say so.
+fn transport_hint(conn: &Conn, e: &anyhow::Error) -> Option<&'static str> {
+    let transport = e.chain().any(|c| {
+        c.is::<tonic::transport::Error>()
+            || c.downcast_ref::<tonic::Status>().is_some_and(|s| {
+                std::error::Error::source(s).is_some_and(|x| x.is::<tonic::transport::Error>())
+            })
+    });
+    let text = format!("{e:#}").to_lowercase();
+    if !transport
+        || ["refused", "dns error", "invalid peer certificate"]
+            .iter()
+            .any(|t| text.contains(t))
+    {
+        return None;
+    }
+    match endpoint(conn) {
+        Ok((_, None)) => Some("if the node serves TLS, connect with --tls-ca FILE (docs/node.md)"),
+        Ok((_, Some(_))) if conn.tls_cert.is_none() => {
+            Some("if the node requires client certificates, add --tls-cert FILE --tls-key FILE")
+        }
+        _ => None,
+    }
+}
+
+/// Runs a client command; a failure comes with a hint for the user when one applies.
+pub async fn run(cmd: ClientCmd) -> std::result::Result<(), (anyhow::Error, Option<&'static str>)> {
+    let conn = cmd.conn().clone();
+    run_cmd(cmd).await.map_err(|e| {
+        let hint = transport_hint(&conn, &e);
+        (e, hint)
+    })
+}
+
+async fn run_cmd(cmd: ClientCmd) -> Result<()> {
     use pb::admin_client::AdminClient;
     use pb::kv_client::KvClient;
     match cmd {

@@ -10,7 +10,8 @@
 //! [engine]      sync_on_write (bool), journal_segment_bytes, aae_segments
 //! [compaction]  window_start_hour, window_end_hour, runs_per_day, time_zone, single_file_percent,
 //!               max_run_percent, max_run_length, scheduler ("external" | "node")
-//! [tls]         cert_file, key_file, ca_file
+//! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
+//!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
 //! ```
 
@@ -81,13 +82,31 @@ pub struct CompactionSection {
     pub scheduler: String,
 }
 
+/// TLS on the gRPC port (see `tls.rs`). The operator mounts its cert-manager Secret at
+/// `/etc/levee/tls` and renders `tls.crt`, `tls.key` and `ca.crt` here.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)] // parsed so a TLS config is recognised and refused clearly; serving TLS is not built yet
+#[serde(deny_unknown_fields, default)]
 pub struct TlsSection {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
+    /// Certificate chain (PEM), leaf first.
+    pub cert_file: Option<PathBuf>,
+    /// Private key of the certificate (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+    /// CA certificate(s) (PEM) of the clients: when set, every client must present a certificate
+    /// signed by one of them.
     pub ca_file: Option<PathBuf>,
+    /// How often the files are re-read (cert-manager renews them in place); 0 never re-reads.
+    pub reload_interval_secs: u64,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            cert_file: None,
+            key_file: None,
+            ca_file: None,
+            reload_interval_secs: 60,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -194,15 +213,25 @@ impl NodeConfig {
         {
             bail!("compaction.scheduler = \"node\" runs in UTC; set time_zone = \"UTC\" or let the operator schedule");
         }
-        if let Some(tls) = &self.tls {
-            bail!(
-                "[tls] is configured ({}), but this build of levee serves plaintext gRPC only; \
-                 refusing to start rather than serve without the TLS you asked for",
-                tls.cert_file.display()
-            );
+        if let Some(files) = self.tls_files()? {
+            crate::tls::load_server_config(&files)?;
         }
         self.store_config()?;
         Ok(())
+    }
+
+    /// The TLS files of the gRPC port, `None` for plaintext. A `[tls]` section that names no
+    /// certificate is an error rather than a silent fallback to plaintext.
+    pub fn tls_files(&self) -> Result<Option<crate::tls::TlsFiles>> {
+        let Some(t) = &self.tls else { return Ok(None) };
+        match crate::tls::TlsFiles::from_parts(
+            t.cert_file.as_deref(),
+            t.key_file.as_deref(),
+            t.ca_file.as_deref(),
+        )? {
+            Some(files) => Ok(Some(files)),
+            None => bail!("[tls] is present but sets neither cert_file nor key_file; remove the section to serve plaintext"),
+        }
     }
 
     /// Engine settings for one vnode.
@@ -320,12 +349,93 @@ members = [
         assert!(
             bad("[compaction]\nscheduler = \"node\"\ntime_zone = \"Asia/Tokyo\"\n").contains("UTC")
         );
-        assert!(bad("[tls]\ncert_file = \"/c\"\nkey_file = \"/k\"\n").contains("plaintext"));
         assert!(
             bad("[compaction]\nsingle_file_percent = 80\nmax_run_percent = 70\n")
                 .contains("threshold")
         );
         assert!(bad("bogus = 1\n").contains("unknown field"));
+    }
+
+    /// The `[tls]` section the operator appends when `spec.tls.enabled` (configmap.go), with the
+    /// cert-manager Secret mounted at /etc/levee/tls.
+    const OPERATOR_TLS: &str = r#"
+[tls]
+cert_file = "/etc/levee/tls/tls.crt"
+key_file = "/etc/levee/tls/tls.key"
+ca_file = "/etc/levee/tls/ca.crt"
+"#;
+
+    #[test]
+    fn parses_the_operator_tls_section_and_checks_its_files() {
+        let c = NodeConfig::load_str(&format!("{OPERATOR_TOML}{OPERATOR_TLS}")).unwrap();
+        let files = c.tls_files().unwrap().unwrap();
+        assert_eq!(files.cert, PathBuf::from("/etc/levee/tls/tls.crt"));
+        assert_eq!(files.key, PathBuf::from("/etc/levee/tls/tls.key"));
+        assert_eq!(
+            files.client_ca,
+            Some(PathBuf::from("/etc/levee/tls/ca.crt"))
+        );
+        assert_eq!(c.tls.as_ref().unwrap().reload_interval_secs, 60);
+        // Not mounted here: the node refuses to start and names the file.
+        let e = c.validate().unwrap_err();
+        assert!(
+            matches!(
+                e.downcast_ref::<crate::tls::TlsError>(),
+                Some(crate::tls::TlsError::Unreadable { .. })
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("/etc/levee/tls/tls.crt"), "{e}");
+
+        // With real files in place it validates.
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["orders".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        std::fs::write(dir.path().join("tls.crt"), leaf.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), ca.pem()).unwrap();
+        let toml = OPERATOR_TLS.replace("/etc/levee/tls", dir.path().to_str().unwrap());
+        NodeConfig::load_str(&format!("{OPERATOR_TOML}{toml}"))
+            .unwrap()
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn incomplete_tls_sections_are_refused_with_reasons() {
+        let bad = |toml: &str| {
+            NodeConfig::load_str(toml)
+                .and_then(|c| c.validate())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("[tls]\ncert_file = \"/c.crt\"\n");
+        assert!(
+            e.contains("/c.crt") && e.contains("without a private key"),
+            "{e}"
+        );
+        let e = bad("[tls]\nkey_file = \"/k.key\"\n");
+        assert!(
+            e.contains("/k.key") && e.contains("without a certificate"),
+            "{e}"
+        );
+        let e = bad("[tls]\nca_file = \"/ca.crt\"\n");
+        assert!(
+            e.contains("/ca.crt") && e.contains("no certificate and key"),
+            "{e}"
+        );
+        let e = bad("[tls]\n");
+        assert!(e.contains("neither cert_file nor key_file"), "{e}");
+        let e = bad("[tls]\ncert_file = \"/nonexistent/c.crt\"\nkey_file = \"/k\"\n");
+        assert!(e.contains("/nonexistent/c.crt"), "{e}");
+        assert!(bad("[tls]\ncert = \"/c\"\n").contains("unknown field"));
     }
 
     impl NodeConfig {

@@ -11,6 +11,7 @@ mod kv;
 mod metrics;
 mod ring;
 mod server;
+mod tls;
 mod vnodes;
 
 use std::path::PathBuf;
@@ -56,6 +57,15 @@ struct ServeArgs {
     aae_segments: Option<u32>,
     #[arg(long, env = "LEVEE_SHUTDOWN_TIMEOUT_SECS")]
     shutdown_timeout_secs: Option<u64>,
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. Overrides [tls] cert_file.
+    #[arg(long, env = "LEVEE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert. Overrides [tls] key_file.
+    #[arg(long, env = "LEVEE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM). Overrides [tls] ca_file.
+    #[arg(long, env = "LEVEE_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 fn main() {
@@ -66,13 +76,25 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let result = match args.cmd {
-        Cmd::Serve(s) => rt.block_on(serve(s)),
+        Cmd::Serve(s) => rt.block_on(serve(s)).map_err(|e| (e, None)),
         Cmd::Client(c) => rt.block_on(cli::run(c)),
     };
-    if let Err(e) = result {
+    if let Err((e, hint)) = result {
         match e.downcast_ref::<tonic::Status>() {
-            Some(s) => eprintln!("levee: {:?}: {}", s.code(), s.message()),
+            Some(s) => {
+                // Transport failures (TLS refusals among them) carry their cause as the source.
+                let mut msg = format!("levee: {:?}: {}", s.code(), s.message());
+                let mut cause = std::error::Error::source(s);
+                while let Some(c) = cause {
+                    msg += &format!(": {c}");
+                    cause = c.source();
+                }
+                eprintln!("{msg}")
+            }
             None => eprintln!("levee: {e:#}"),
+        }
+        if let Some(hint) = hint {
+            eprintln!("levee: hint: {hint}");
         }
         std::process::exit(1);
     }
@@ -107,6 +129,18 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = a.shutdown_timeout_secs {
         cfg.shutdown_timeout_secs = v;
+    }
+    if a.tls_cert.is_some() || a.tls_key.is_some() || a.tls_client_ca.is_some() {
+        let t = cfg.tls.get_or_insert_with(Default::default);
+        if let Some(v) = a.tls_cert {
+            t.cert_file = Some(v);
+        }
+        if let Some(v) = a.tls_key {
+            t.key_file = Some(v);
+        }
+        if let Some(v) = a.tls_client_ca {
+            t.ca_file = Some(v);
+        }
     }
     server::run(cfg, server::termination()).await
 }

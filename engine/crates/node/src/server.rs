@@ -14,12 +14,24 @@ use crate::admin::AdminService;
 use crate::config::NodeConfig;
 use crate::kv::KvService;
 use crate::metrics::{serve_http, Metrics};
+use crate::tls::ServerTls;
 use crate::vnodes::Vnodes;
 
 /// Open the vnodes, bind both listeners, print the bound addresses (one line on stdout, so tests
 /// and scripts can use port 0), serve until `stop` resolves, drain, close the stores.
 pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     cfg.validate()?;
+    // Loaded before the stores open, so bad TLS files stop the node at once.
+    let tls = match cfg.tls_files()? {
+        Some(files) => {
+            let interval = cfg.tls.as_ref().map_or(0, |t| t.reload_interval_secs);
+            Some(Arc::new(ServerTls::load(
+                files,
+                Duration::from_secs(interval),
+            )?))
+        }
+        None => None,
+    };
     let opened = Instant::now();
     let vnodes = {
         let cfg = cfg.clone();
@@ -69,14 +81,7 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         started: Instant::now(),
     };
     let max = cfg.max_message_bytes;
-    // TCP_NODELAY: without it, small responses wait on delayed ACKs (≈40 ms per request).
-    let incoming = tonic::transport::server::TcpIncoming::from_listener(
-        grpc,
-        true,
-        Some(Duration::from_secs(60)),
-    )
-    .map_err(|e| anyhow::anyhow!("configuring the gRPC listener: {e}"))?;
-    let grpc_server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
         .add_service(
@@ -84,9 +89,23 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         )
-        .add_service(pb::admin_server::AdminServer::new(admin))
-        .serve_with_incoming_shutdown(incoming, wait_stop(stop_rx.clone()));
-    let grpc_task = tokio::spawn(grpc_server);
+        .add_service(pb::admin_server::AdminServer::new(admin));
+    let keepalive = Duration::from_secs(60);
+    let grpc_task = match &tls {
+        Some(tls) => {
+            log::info!("{}", tls.describe());
+            tokio::spawn(tls.clone().watch(stop_rx.clone()));
+            let incoming = tls.clone().incoming(grpc, keepalive, stop_rx.clone());
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, wait_stop(stop_rx.clone())))
+        }
+        None => {
+            // TCP_NODELAY: without it, small responses wait on delayed ACKs (≈40 ms per request).
+            let incoming =
+                tonic::transport::server::TcpIncoming::from_listener(grpc, true, Some(keepalive))
+                    .map_err(|e| anyhow::anyhow!("configuring the gRPC listener: {e}"))?;
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, wait_stop(stop_rx.clone())))
+        }
+    };
     let http_task = tokio::spawn(serve_http(
         http,
         metrics.clone(),

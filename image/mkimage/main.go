@@ -1,0 +1,269 @@
+// mkimage writes the levee container image as an OCI image-layout archive, without a container
+// engine: an empty base plus one layer holding the static `levee` binary, a non-root user and the
+// directories the node writes to. `make image` (image.mk) runs it; `ctr images import` loads the
+// archive.
+//
+// The layer and config are deterministic: every timestamp is -created (the commit time), so the
+// same binary gives the same image digest.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// The node's user (distroless' "nonroot"); the operator's pod securityContext may override it.
+const uid = 65532
+
+func main() {
+	binary := flag.String("binary", "", "static levee binary to put in the image")
+	out := flag.String("out", "", "archive to write (OCI image layout, tar)")
+	repo := flag.String("repo", "docker.io/library/levee", "image repository the tags belong to")
+	tags := flag.String("tags", "dev", "comma-separated tags")
+	version := flag.String("version", "", "org.opencontainers.image.version")
+	revision := flag.String("revision", "", "org.opencontainers.image.revision (git commit)")
+	source := flag.String("source", "", "org.opencontainers.image.source")
+	created := flag.Int64("created", 0, "creation time, Unix seconds (all timestamps in the image)")
+	flag.Parse()
+	if *binary == "" || *out == "" {
+		fmt.Fprintln(os.Stderr, "usage: mkimage -binary FILE -out FILE.tar [-tags a,b] [-version V] [-revision SHA] [-created UNIX]")
+		os.Exit(2)
+	}
+	if err := run(*binary, *out, *repo, strings.Split(*tags, ","), *version, *revision, *source, time.Unix(*created, 0).UTC()); err != nil {
+		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(binary, out, repo string, tags []string, version, revision, source string, created time.Time) error {
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	layerTar, err := rootfs(bin, created)
+	if err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return err
+	}
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err = mutate.Append(img, mutate.Addendum{
+		Layer: layer,
+		History: v1.History{
+			Created:   v1.Time{Time: created},
+			CreatedBy: "mkimage: /usr/local/bin/levee (static, musl) and the nonroot user",
+			Comment:   "make image",
+		},
+	})
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Created = v1.Time{Time: created}
+	labels := map[string]string{
+		"org.opencontainers.image.title":       "levee",
+		"org.opencontainers.image.description": "levee key-value node (gRPC) and its CLI",
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.version":     version,
+		"org.opencontainers.image.revision":    revision,
+		"org.opencontainers.image.created":     created.Format(time.RFC3339),
+	}
+	if source != "" {
+		labels["org.opencontainers.image.source"] = source
+	}
+	cf.Config = v1.Config{
+		// `levee` alone is the CLI (the operator's CronJobs run `levee admin ...`); the default
+		// command serves with the built-in defaults: gRPC :8087, metrics :8098, data under
+		// /var/lib/levee/data.
+		Entrypoint:   []string{"/usr/local/bin/levee"},
+		Cmd:          []string{"serve"},
+		Env:          []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		User:         fmt.Sprintf("%d:%d", uid, uid),
+		WorkingDir:   "/",
+		ExposedPorts: map[string]struct{}{"8087/tcp": {}, "8098/tcp": {}},
+		Volumes:      map[string]struct{}{"/var/lib/levee": {}},
+		Labels:       labels,
+		StopSignal:   "SIGTERM",
+	}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return err
+	}
+	img = mutate.Annotations(img, map[string]string{
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.revision": revision,
+		"org.opencontainers.image.created":  created.Format(time.RFC3339),
+	}).(v1.Image)
+
+	// OCI image layout in a scratch directory, one index entry per tag, then one tar of it.
+	dir, err := os.MkdirTemp("", "mkimage-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	for _, t := range tags {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+			"io.containerd.image.name":          repo + ":" + t, // the name `ctr images import` gives it
+			"org.opencontainers.image.ref.name": t,
+		})); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := tarDir(dir, out, created); err != nil {
+		return err
+	}
+
+	digest, _ := img.Digest()
+	lsize, _ := layer.Size()
+	st, err := os.Stat(out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("image %s (%s) -> %s\n", repo, strings.Join(tags, ", "), out)
+	fmt.Printf("  digest       %s\n", digest)
+	fmt.Printf("  binary       %s uncompressed\n", mib(int64(len(bin))))
+	fmt.Printf("  layer        %s gzip (the image's pull size)\n", mib(lsize))
+	fmt.Printf("  archive      %s\n", mib(st.Size()))
+	return nil
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n) }
+
+// rootfs is the single layer: the binary, passwd/group naming the nonroot user, /tmp, and
+// /var/lib/levee owned by that user (the node's data directory is /var/lib/levee/data).
+func rootfs(bin []byte, mtime time.Time) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := func(name string, mode int64, owner int) error {
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode,
+			Uid: owner, Gid: owner, ModTime: mtime, Format: tar.FormatPAX})
+	}
+	file := func(name string, mode int64, data []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode,
+			Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	steps := []func() error{
+		func() error { return dir("etc", 0o755, 0) },
+		func() error {
+			return file("etc/passwd", 0o644, []byte(fmt.Sprintf(
+				"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:levee:/var/lib/levee:/sbin/nologin\n", uid, uid)))
+		},
+		func() error { return file("etc/group", 0o644, []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid))) },
+		func() error { return dir("tmp", 0o1777, 0) },
+		func() error { return dir("usr", 0o755, 0) },
+		func() error { return dir("usr/local", 0o755, 0) },
+		func() error { return dir("usr/local/bin", 0o755, 0) },
+		func() error { return file("usr/local/bin/levee", 0o755, bin) },
+		func() error { return dir("var", 0o755, 0) },
+		func() error { return dir("var/lib", 0o755, 0) },
+		func() error { return dir("var/lib/levee", 0o750, uid) },
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// tarDir writes the files under root into a tar at out, in sorted order with fixed times.
+func tarDir(root, out string, mtime time.Time) error {
+	var names []string
+	err := filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if path != root {
+			names = append(names, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	tmp := out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	tw := tar.NewWriter(f)
+	for _, path := range names {
+		info, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		h := &tar.Header{Name: filepath.ToSlash(rel), ModTime: mtime, Mode: 0o644, Format: tar.FormatPAX}
+		if info.IsDir() {
+			h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", 0o755
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			continue
+		}
+		h.Typeflag, h.Size = tar.TypeReg, info.Size()
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		src, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(tw, src)
+		src.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, out)
+}

@@ -63,6 +63,17 @@ func memberSteps(c *kvv1.KVCluster, args func(addr string) []string) (init []cor
 			},
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}
+		if c.Spec.TLS.Enabled {
+			// Members serve TLS and require client certificates (ca_file is set): the admin
+			// client trusts the cluster CA and presents the member certificate, whose
+			// *.<headless>.<ns>.svc names and client-auth usage fit.
+			ct.VolumeMounts = []corev1.VolumeMount{{Name: "tls", MountPath: TLSDir, ReadOnly: true}}
+			ct.Env = []corev1.EnvVar{
+				{Name: "LEVEE_TLS_CA", Value: TLSDir + "/ca.crt"},
+				{Name: "LEVEE_TLS_CERT", Value: TLSDir + "/tls.crt"},
+				{Name: "LEVEE_TLS_KEY", Value: TLSDir + "/tls.key"},
+			}
+		}
 		if i < n-1 {
 			init = append(init, ct)
 		} else {
@@ -109,6 +120,7 @@ func maintenanceCronJob(c *kvv1.KVCluster, name, kind, schedule, tz string, dead
 								SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 							},
 							Tolerations: c.Spec.Scheduling.Tolerations,
+							Volumes:     maintenanceVolumes(c),
 						},
 					},
 				},
@@ -139,4 +151,16 @@ func BuildAAECronJob(c *kvv1.KVCluster) *batchv1.CronJob {
 	ae := c.Spec.AntiEntropy
 	return maintenanceCronJob(c, AAECronJobName(c), MaintenanceAAE, ae.RebuildSchedule, ae.TimeZone, nil,
 		func(addr string) []string { return AAERebuildArgs(addr, ae.JournalCheck) })
+}
+
+// maintenanceVolumes mounts the member certificate Secret into maintenance pods
+// when TLS is enabled (the admin client needs it to reach members).
+func maintenanceVolumes(c *kvv1.KVCluster) []corev1.Volume {
+	if !c.Spec.TLS.Enabled {
+		return nil
+	}
+	return []corev1.Volume{{
+		Name:         "tls",
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: TLSSecretName(c)}},
+	}}
 }

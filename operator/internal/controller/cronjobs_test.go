@@ -119,3 +119,33 @@ func TestBuildAAECronJob(t *testing.T) {
 		})
 	}
 }
+
+func TestMaintenanceJobsCarryTheMemberCertificateWithTLS(t *testing.T) {
+	plain := BuildAAECronJob(cluster(nil))
+	if v := plain.Spec.JobTemplate.Spec.Template.Spec.Volumes; len(v) != 0 {
+		t.Errorf("no TLS: volumes = %v", v)
+	}
+	c := cluster(func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true })
+	jobs, err := BuildCompactionCronJobs(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cj := range append(jobs, BuildAAECronJob(c)) {
+		pod := cj.Spec.JobTemplate.Spec.Template.Spec
+		if len(pod.Volumes) != 1 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "kv-tls" {
+			t.Fatalf("%s: volumes = %+v", cj.Name, pod.Volumes)
+		}
+		for _, ct := range append(pod.InitContainers, pod.Containers...) {
+			env := map[string]string{}
+			for _, e := range ct.Env {
+				env[e.Name] = e.Value
+			}
+			if env["LEVEE_TLS_CA"] != TLSDir+"/ca.crt" || env["LEVEE_TLS_CERT"] != TLSDir+"/tls.crt" || env["LEVEE_TLS_KEY"] != TLSDir+"/tls.key" {
+				t.Errorf("%s/%s: env = %v", cj.Name, ct.Name, env)
+			}
+			if len(ct.VolumeMounts) != 1 || ct.VolumeMounts[0].MountPath != TLSDir || ct.VolumeMounts[0].Name != "tls" {
+				t.Errorf("%s/%s: mounts = %v", cj.Name, ct.Name, ct.VolumeMounts)
+			}
+		}
+	}
+}

@@ -14,7 +14,8 @@ import (
 )
 
 // Security identity of the levee container (a static binary; no root needed).
-const nodeUID int64 = 10001
+// nodeUID matches the nonroot user of the levee image (image/mkimage).
+const nodeUID int64 = 65532
 
 // NodeArgs is the node command line (contract with the levee binary).
 func NodeArgs() []string {

@@ -81,7 +81,11 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         started: Instant::now(),
     };
     let max = cfg.max_message_bytes;
+    // HTTP/2 windows well above the 64 KiB default: many concurrent 8-16 KB values per
+    // connection would otherwise wait on WINDOW_UPDATE round trips.
     let router = tonic::transport::Server::builder()
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(16 << 20)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(

@@ -737,6 +737,10 @@ impl Store {
         if let Some(h) = self.scheduler.lock().take() {
             let _ = h.join();
         }
+        // Stop the syncer before taking the write lock: it takes that lock to read the journal's
+        // position, so joining it while holding the lock can wait forever. Writers still waiting
+        // for durability get `Closed`; the sync below makes their records durable all the same.
+        self.stop_syncer();
         let result = (|| -> Result<()> {
             let w = i.write.lock();
             i.rotate_memtable();
@@ -748,7 +752,6 @@ impl Store {
             if let Some(h) = self.worker.lock().take() {
                 let _ = h.join();
             }
-            self.stop_syncer();
             if let Some(e) = &i.bg.lock().error {
                 return Err(Error::Poisoned(e.clone()));
             }
@@ -773,6 +776,8 @@ impl Store {
         if let Some(h) = self.scheduler.lock().take() {
             let _ = h.join();
         }
+        // Before the write lock, as in `close`.
+        self.stop_syncer();
         let _w = i.write.lock();
         {
             let mut bg = i.bg.lock();
@@ -783,7 +788,6 @@ impl Store {
         if let Some(h) = self.worker.lock().take() {
             let _ = h.join();
         }
-        self.stop_syncer();
         self.lock.lock().take();
     }
 

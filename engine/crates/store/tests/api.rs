@@ -253,6 +253,55 @@ fn unsynced_writers_get_background_syncs_per_journal_bytes() {
     );
 }
 
+/// Regression: `close` took the write lock and then joined the background syncer, which could be
+/// waiting for that same lock to read the journal's position, so close never returned (seen as a
+/// levee-bench test hanging in `Store::close`). Writers keep the syncer busy while close runs.
+#[test]
+fn close_returns_while_the_background_syncer_is_busy() {
+    for mode in [SyncMode::None, SyncMode::Sync] {
+        for round in 0..30 {
+            let d = tempfile::tempdir().unwrap();
+            let cfg = Config {
+                sync_on_write: mode,
+                journal_bytes_per_sync: 4096,
+                ..Config::default()
+            };
+            let s = std::sync::Arc::new(Store::open(d.path(), cfg).unwrap());
+            let writers: Vec<_> = (0..4u32)
+                .map(|t| {
+                    let s = s.clone();
+                    std::thread::spawn(move || {
+                        let mut i = 0u32;
+                        while s
+                            .put(b"b", format!("{t}-{i}").as_bytes(), &[5u8; 2048], b"", &[])
+                            .is_ok()
+                        {
+                            i += 1;
+                        }
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(15));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let closer = s.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(closer.close());
+            });
+            match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+                Ok(r) => r.unwrap(),
+                Err(_) => panic!("{mode:?} round {round}: close did not return within 20 s"),
+            }
+            for w in writers {
+                w.join().unwrap();
+            }
+            // Every acknowledged write is there after reopening.
+            drop(s);
+            let s = Store::open(d.path(), Config::default()).unwrap();
+            s.close().unwrap();
+        }
+    }
+}
+
 #[test]
 fn stats_account_for_bytes_written() {
     let d = tempfile::tempdir().unwrap();

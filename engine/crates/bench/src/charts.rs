@@ -140,7 +140,14 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-type Series = (String, Vec<(f64, f64)>);
+/// A line: its legend name, its points, its colour group (one run, or one op of a single run)
+/// and its variant within the group (mean, median, 95th share a colour and differ in style).
+struct Series {
+    name: String,
+    points: Vec<(f64, f64)>,
+    group: usize,
+    variant: usize,
+}
 
 fn panel(
     area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
@@ -148,16 +155,21 @@ fn panel(
     y_label: &str,
     series: &[Series],
 ) -> Result<()> {
-    let x_max = series
+    let x_end = series
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .flat_map(|s| s.points.iter().map(|x| x.0))
         .fold(1.0, f64::max);
+    // Room on the right for the legend, so it does not cover the last windows.
+    let x_max = x_end * 1.22;
     let y_max = series
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .flat_map(|s| s.points.iter().map(|x| x.1))
         .fold(0.0, f64::max)
         .max(1e-6)
         * 1.1;
+    // Enough decimals that neighbouring ticks differ: 120000 → 0, 4.4 → 1, 0.035 → 3.
+    let decimals = (1.0 - y_max.log10().floor()).clamp(0.0, 6.0) as usize;
+    let y_fmt = move |v: &f64| format!("{v:.decimals$}");
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
         .margin(8)
@@ -168,18 +180,35 @@ fn panel(
         .configure_mesh()
         .x_desc("elapsed (s)")
         .y_desc(y_label)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&y_fmt)
         .label_style(("sans-serif", 12))
         .draw()?;
-    for (i, (name, points)) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
+    for s in series {
+        let base = COLORS[s.group % COLORS.len()];
+        // Variant 0 solid and thick, 1 lighter, 2 thin; markers differ too.
+        let (style, width) = match s.variant {
+            0 => (base.to_rgba(), 3),
+            1 => (base.mix(0.45), 2),
+            _ => (base.mix(0.9), 1),
+        };
+        let line = ShapeStyle::from(style).stroke_width(width);
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            .draw_series(LineSeries::new(s.points.iter().copied(), line))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], line));
         // Markers too, so a run with a single window still shows its value.
-        chart.draw_series(points.iter().map(|p| Circle::new(*p, 3, c.filled())))?;
+        match s.variant {
+            0 => chart.draw_series(s.points.iter().map(|p| Circle::new(*p, 3, style.filled())))?,
+            1 => chart.draw_series(s.points.iter().map(|p| Circle::new(*p, 3, style)))?,
+            _ => chart.draw_series(
+                s.points
+                    .iter()
+                    .map(|p| TriangleMarker::new(*p, 4, style.filled())),
+            )?,
+        };
     }
-    if series.len() > 1 || series.iter().any(|(n, _)| !n.is_empty()) {
+    if series.len() > 1 || series.iter().any(|s| !s.name.is_empty()) {
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
@@ -200,42 +229,48 @@ fn draw(out: &Path, title: &str, runs: &[RunData], op: Option<&str>) -> Result<(
     let panels = root.split_evenly((5, 1));
     let throughput: Vec<Series> = runs
         .iter()
-        .map(|r| {
-            (
-                if runs.len() > 1 {
-                    r.name.clone()
-                } else {
-                    "successful".into()
-                },
-                r.summary
-                    .iter()
-                    .map(|row| (row[0], row[3] / row[1].max(1e-9)))
-                    .collect(),
-            )
+        .enumerate()
+        .map(|(i, r)| Series {
+            name: if runs.len() > 1 {
+                r.name.clone()
+            } else {
+                "successful".into()
+            },
+            points: r
+                .summary
+                .iter()
+                .map(|row| (row[0], row[3] / row[1].max(1e-9)))
+                .collect(),
+            group: i,
+            variant: 0,
         })
         .collect();
     panel(&panels[0], "Throughput", "ops/s", &throughput)?;
     let lines = |cols: &[(usize, &str)]| -> Vec<Series> {
         let mut out = Vec::new();
-        for r in runs {
-            for (op_name, rows) in &r.latencies {
+        for (run_index, r) in runs.iter().enumerate() {
+            for (op_index, (op_name, rows)) in r.latencies.iter().enumerate() {
                 if op.is_some_and(|o| o != op_name) {
                     continue;
                 }
-                for (col, label) in cols {
+                let group = if runs.len() > 1 { run_index } else { op_index };
+                for (variant, (col, label)) in cols.iter().enumerate() {
                     let name = match (runs.len() > 1, cols.len() > 1) {
                         (true, true) => format!("{} {label}", r.name),
                         (true, false) => r.name.clone(),
                         (false, true) => format!("{op_name} {label}"),
                         (false, false) => op_name.clone(),
                     };
-                    out.push((
+                    out.push(Series {
                         name,
-                        rows.iter()
+                        points: rows
+                            .iter()
                             .filter(|x| x[2] > 0.0)
                             .map(|x| (x[0], x[*col] / 1000.0))
                             .collect(),
-                    ));
+                        group,
+                        variant,
+                    });
                 }
             }
         }

@@ -113,6 +113,10 @@ pub struct Stats {
     pub journal_compaction_active: u64,
     pub persisted_sqn: Sqn,
     pub last_sqn: Sqn,
+    /// Every journal record up to this SQN has been fdatasynced (by a group commit, the
+    /// background syncer, a segment roll, or before a memtable flush). Never below `persisted_sqn`
+    /// once a flush has completed.
+    pub journal_synced_sqn: Sqn,
     pub journal_segments: u64,
     pub ledger_files_per_level: Vec<u64>,
 }
@@ -190,6 +194,9 @@ struct Inner {
     cfg: Config,
     journal: Arc<Journal>,
     write: Mutex<WriteState>,
+    /// The active segment's file, replaced on a roll. The flush worker syncs it without the write
+    /// lock (close holds that lock while it joins the worker).
+    active_journal: Mutex<Arc<File>>,
     aae: Option<Mutex<AaeState>>,
     compaction_lock: Mutex<()>,
     snapshots: Mutex<Vec<std::sync::Weak<SnapInner>>>,
@@ -514,12 +521,14 @@ impl Store {
             size: 0,
             records: 0,
         };
+        let active_journal = Mutex::new(writer.file.clone());
 
         let persisted_floor = manifest::persisted_floor(&dir)?;
         let inner = Arc::new(Inner {
             dir,
             ledger_dir,
             journal,
+            active_journal,
             aae: (cfg.aae_segments > 0)
                 .then(|| Mutex::new(AaeState::new(cfg.aae_segments, cfg.aae_branch_width))),
             snapshots: Mutex::new(Vec::new()),
@@ -743,6 +752,12 @@ impl Store {
         self.stop_syncer();
         let result = (|| -> Result<()> {
             let w = i.write.lock();
+            // The journal first, so the final memtable flush finds every record it persists durable.
+            let synced = JournalWriter::sync(&w.journal.file);
+            if synced.is_ok() {
+                let mut s = i.sync.lock();
+                s.synced = s.synced.max(w.next_sqn - 1);
+            }
             i.rotate_memtable();
             {
                 let mut bg = i.bg.lock();
@@ -752,10 +767,10 @@ impl Store {
             if let Some(h) = self.worker.lock().take() {
                 let _ = h.join();
             }
+            synced?;
             if let Some(e) = &i.bg.lock().error {
                 return Err(Error::Poisoned(e.clone()));
             }
-            JournalWriter::sync(&w.journal.file)?;
             if w.journal.records > 0 {
                 w.journal.seg.close(&i.journal.dir)?;
             }
@@ -893,6 +908,7 @@ impl Store {
             journal_compaction_active: l(&c.compaction_active),
             persisted_sqn: i.persisted_sqn.load(Ordering::Acquire),
             last_sqn: i.last_sqn.load(Ordering::Acquire),
+            journal_synced_sqn: i.sync.lock().synced,
             journal_segments: i.journal.segments().len() as u64,
             ledger_files_per_level: version.levels.iter().map(|l| l.len() as u64).collect(),
         }
@@ -1250,6 +1266,7 @@ impl Inner {
                 match rolled {
                     Ok(seg) => {
                         w.next_segment_id += 1;
+                        *self.active_journal.lock() = w.journal.file.clone();
                         self.journal.push(seg);
                         // The old segment was fsynced by the roll: everything up to `sqn` is durable.
                         let mut s = self.sync.lock();
@@ -1631,6 +1648,10 @@ impl Inner {
         let Some(mem) = self.mem.read().immutables.front().cloned() else {
             return Ok(false);
         };
+        // The ledger must never persist a pointer to a journal record the disk may not have: after a
+        // machine crash recovery replays only records above persisted_sqn, so a lost record below
+        // it would surface as a corruption error instead of a lost write.
+        self.journal_durable_through(mem.last_sqn())?;
         let entries = mem.encoded_entries();
         if !entries.is_empty() {
             let mut b = TableBuilder::create(
@@ -1656,6 +1677,28 @@ impl Inner {
         self.c.flushes.fetch_add(1, Ordering::Relaxed);
         self.write_manifest(Vec::new())?;
         Ok(true)
+    }
+
+    /// Make every journal record up to `sqn` durable: nothing to do when a group commit, the
+    /// background syncer or a roll already covered it; otherwise one fdatasync of the active
+    /// segment (closed segments were synced when they rolled).
+    fn journal_durable_through(&self, sqn: Sqn) -> Result<()> {
+        if self.sync.lock().synced >= sqn {
+            return Ok(());
+        }
+        // Records up to `sqn` were appended before their memtable was frozen, so they are in a
+        // closed (synced) segment or in the file that is active now.
+        let file = self.active_journal.lock().clone();
+        let t = Instant::now();
+        JournalWriter::sync(&file)?;
+        self.c
+            .fsync_nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.sync.lock();
+        s.synced = s.synced.max(sqn);
+        self.sync_cv.notify_all();
+        Ok(())
     }
 
     /// Run one merge if `pick_merge` finds one.

@@ -302,6 +302,48 @@ fn close_returns_while_the_background_syncer_is_busy() {
     }
 }
 
+/// Without sync_on_write and without background syncs, a memtable flush still fdatasyncs the
+/// journal first: the ledger must not persist pointers to journal records a machine crash could
+/// lose (recovery would then report corruption instead of a lost tail).
+#[test]
+fn a_ledger_flush_never_outruns_the_durable_journal() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        sync_on_write: SyncMode::None,
+        journal_bytes_per_sync: 0,
+        memtable_bytes: 16 << 10,
+        ..Config::default()
+    };
+    let s = Store::open(d.path(), cfg).unwrap();
+    for i in 0..3000u32 {
+        s.put(b"b", &i.to_be_bytes(), &[3u8; 512], b"", &[])
+            .unwrap();
+        if i % 500 == 499 {
+            let st = s.stats();
+            assert!(
+                st.journal_synced_sqn >= st.persisted_sqn,
+                "after {} puts the ledger persisted sqn {} but the journal is durable only to {}",
+                i + 1,
+                st.persisted_sqn,
+                st.journal_synced_sqn
+            );
+        }
+    }
+    s.flush().unwrap();
+    let st = s.stats();
+    assert_eq!(st.persisted_sqn, st.last_sqn);
+    assert!(st.journal_synced_sqn >= st.persisted_sqn);
+    assert!(
+        st.journal_fsyncs >= 1,
+        "the flushes needed at least one journal fdatasync"
+    );
+    // A second flush with nothing new needs no further sync.
+    let before = st.journal_fsyncs;
+    s.flush().unwrap();
+    assert_eq!(s.stats().journal_fsyncs, before);
+    s.close().unwrap();
+}
+
 #[test]
 fn stats_account_for_bytes_written() {
     let d = tempfile::tempdir().unwrap();

@@ -9,6 +9,15 @@ fn open(dir: &std::path::Path) -> Store {
     Store::open(dir, Config::small_for_tests()).unwrap()
 }
 
+/// The default configuration with these journal durability settings.
+fn journal_cfg(sync_on_write: SyncMode, journal_bytes_per_sync: u64) -> Config {
+    Config {
+        sync_on_write,
+        journal_bytes_per_sync,
+        ..Config::default()
+    }
+}
+
 #[test]
 fn bad_input_gets_typed_errors_and_leaves_data_intact() {
     let d = tempfile::tempdir().unwrap();
@@ -227,12 +236,7 @@ fn a_single_sync_writer_fsyncs_every_write() {
 fn unsynced_writers_get_background_syncs_per_journal_bytes() {
     let run = |bytes_per_sync: u64| {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            sync_on_write: SyncMode::None,
-            journal_bytes_per_sync: bytes_per_sync,
-            ..Config::default()
-        };
-        let s = Store::open(d.path(), cfg).unwrap();
+        let s = Store::open(d.path(), journal_cfg(SyncMode::None, bytes_per_sync)).unwrap();
         for i in 0..400u32 {
             s.put(b"b", &i.to_le_bytes(), &[7u8; 8192], b"", &[])
                 .unwrap();
@@ -261,12 +265,7 @@ fn close_returns_while_the_background_syncer_is_busy() {
     for mode in [SyncMode::None, SyncMode::Sync] {
         for round in 0..30 {
             let d = tempfile::tempdir().unwrap();
-            let cfg = Config {
-                sync_on_write: mode,
-                journal_bytes_per_sync: 4096,
-                ..Config::default()
-            };
-            let s = std::sync::Arc::new(Store::open(d.path(), cfg).unwrap());
+            let s = std::sync::Arc::new(Store::open(d.path(), journal_cfg(mode, 4096)).unwrap());
             let writers: Vec<_> = (0..4u32)
                 .map(|t| {
                     let s = s.clone();
@@ -309,10 +308,8 @@ fn close_returns_while_the_background_syncer_is_busy() {
 fn a_ledger_flush_never_outruns_the_durable_journal() {
     let d = tempfile::tempdir().unwrap();
     let cfg = Config {
-        sync_on_write: SyncMode::None,
-        journal_bytes_per_sync: 0,
         memtable_bytes: 16 << 10,
-        ..Config::default()
+        ..journal_cfg(SyncMode::None, 0)
     };
     let s = Store::open(d.path(), cfg).unwrap();
     for i in 0..3000u32 {

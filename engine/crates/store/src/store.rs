@@ -194,8 +194,9 @@ struct Inner {
     cfg: Config,
     journal: Arc<Journal>,
     write: Mutex<WriteState>,
-    /// The active segment's file, replaced on a roll. The flush worker syncs it without the write
-    /// lock (close holds that lock while it joins the worker).
+    /// The active segment's file, replaced on a roll. The syncer and the flush worker sync it
+    /// without the write lock, so they never wait behind writers (or behind close, which holds
+    /// that lock while it joins the worker).
     active_journal: Mutex<Arc<File>>,
     aae: Option<Mutex<AaeState>>,
     compaction_lock: Mutex<()>,
@@ -746,9 +747,8 @@ impl Store {
         if let Some(h) = self.scheduler.lock().take() {
             let _ = h.join();
         }
-        // Stop the syncer before taking the write lock: it takes that lock to read the journal's
-        // position, so joining it while holding the lock can wait forever. Writers still waiting
-        // for durability get `Closed`; the sync below makes their records durable all the same.
+        // Writers still waiting for a group commit get `Closed`; the sync below makes their
+        // records durable all the same.
         self.stop_syncer();
         let result = (|| -> Result<()> {
             let w = i.write.lock();
@@ -791,7 +791,6 @@ impl Store {
         if let Some(h) = self.scheduler.lock().take() {
             let _ = h.join();
         }
-        // Before the write lock, as in `close`.
         self.stop_syncer();
         let _w = i.write.lock();
         {
@@ -1374,19 +1373,10 @@ impl Inner {
                 return;
             }
             drop(s);
-            let (file, target) = {
-                let w = self.write.lock();
-                (w.journal.file.clone(), w.next_sqn - 1)
-            };
-            let t = Instant::now();
-            let r = JournalWriter::sync(&file);
-            self.c
-                .fsync_nanos
-                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+            let r = self.sync_active_journal();
             s = self.sync.lock();
             match r {
-                Ok(()) => s.synced = s.synced.max(target),
+                Ok(target) => s.synced = s.synced.max(target),
                 Err(e) => {
                     log::error!("{e}");
                     s.failed = Some(e.to_string());
@@ -1686,8 +1676,19 @@ impl Inner {
         if self.sync.lock().synced >= sqn {
             return Ok(());
         }
-        // Records up to `sqn` were appended before their memtable was frozen, so they are in a
-        // closed (synced) segment or in the file that is active now.
+        // Records up to `sqn` were appended before their memtable was frozen: sqn <= last_sqn.
+        let target = self.sync_active_journal()?;
+        let mut s = self.sync.lock();
+        s.synced = s.synced.max(target);
+        self.sync_cv.notify_all();
+        Ok(())
+    }
+
+    /// fdatasync the active segment and return the SQN it made durable. Needs no write lock:
+    /// every record up to `last_sqn` (read first) was appended before that store, so it is in a
+    /// closed segment (synced by its roll) or in the file active when we look next.
+    fn sync_active_journal(&self) -> Result<Sqn> {
+        let target = self.last_sqn.load(Ordering::Acquire);
         let file = self.active_journal.lock().clone();
         let t = Instant::now();
         JournalWriter::sync(&file)?;
@@ -1695,10 +1696,7 @@ impl Inner {
             .fsync_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
-        let mut s = self.sync.lock();
-        s.synced = s.synced.max(sqn);
-        self.sync_cv.notify_all();
-        Ok(())
+        Ok(target)
     }
 
     /// Run one merge if `pick_merge` finds one.

@@ -1,4 +1,5 @@
 # Three i4i NVMe nodes across three zones in a new VPC: the smallest production-shaped levee fleet.
+# kubectl runs from the workstation, so the API endpoint is opened to api_access_cidrs (its address).
 
 terraform {
   required_version = ">= 1.9"
@@ -20,6 +21,11 @@ variable "region" {
   default     = "eu-west-1"
 }
 
+variable "api_access_cidrs" {
+  description = "CIDRs that may reach the Kubernetes API endpoint, e.g. [\"203.0.113.7/32\"] for the workstation running kubectl; [] keeps the endpoint private (run kubectl from inside the VPC then)."
+  type        = list(string)
+}
+
 module "levee" {
   source = "../../modules/levee-eks"
 
@@ -36,6 +42,8 @@ module "levee" {
       max_size       = 6
     }
   }
+
+  endpoint_public_access_cidrs = var.api_access_cidrs
 }
 
 output "kubeconfig_command" {

@@ -42,9 +42,10 @@ module "levee" {
   subnet_ids = var.private_subnet_ids
 
   node_groups = {
+    # One instance type per group: a group's nodes must be of one shape (vCPUs, memory, disks).
     nvme = {
       profile        = "nvme"
-      instance_types = ["i4i.4xlarge", "i3en.3xlarge"]
+      instance_types = ["i4i.4xlarge"]
       min_size       = 3
       desired_size   = 3
       max_size       = 9

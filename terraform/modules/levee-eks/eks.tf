@@ -1,3 +1,5 @@
+data "aws_region" "current" {}
+
 resource "aws_eks_cluster" "this" {
   name     = var.name
   version  = var.kubernetes_version

@@ -26,6 +26,16 @@ resource "aws_launch_template" "group" {
     }
   }
 
+  # d2/h1 (Xen): their instance-store disks are not NVMe, and EC2 attaches them only when mapped as
+  # ephemeral0..N-1; they appear as /dev/xvdb, /dev/xvdc, ... NVMe instance stores need no mapping.
+  dynamic "block_device_mappings" {
+    for_each = range(each.value.ephemeral_volumes)
+    content {
+      device_name  = "/dev/sd${substr("bcdefghijklmnopqrstuvwxy", block_device_mappings.value, 1)}"
+      virtual_name = "ephemeral${block_device_mappings.value}"
+    }
+  }
+
   metadata_options {
     http_endpoint               = "enabled"
     http_tokens                 = "required"

@@ -29,12 +29,12 @@ output "operator_role_arn" {
 }
 
 output "kubeconfig_command" {
-  description = "Command that writes a kubeconfig entry for the cluster."
-  value       = "aws eks update-kubeconfig --name ${aws_eks_cluster.this.name}"
+  description = "Command that writes a kubeconfig entry for the cluster (the API endpoint must be reachable: see endpoint_public_access_cidrs)."
+  value       = "aws eks update-kubeconfig --region ${data.aws_region.current.name} --name ${aws_eks_cluster.this.name}"
 }
 
 output "storage" {
-  description = "What to put in a KVCluster for each node group: spec.storage.profile, the storage class to create for its local volumes, and the node label."
+  description = "What to put in a KVCluster for each node group: spec.storage.profile, the storage class to create for its local volumes, the node label, and spec.scheduling.tolerations (non-empty for a tainted group: its KVClusters, and the local static provisioner's DaemonSet, need them to run there)."
   value = {
     for k, g in local.groups : k => {
       profile          = g.profile
@@ -42,6 +42,13 @@ output "storage" {
       nodeLabel        = "levee.io/storage=${g.profile}"
       mountPath        = var.data_mount_path
       discoveryDir     = "${var.data_mount_path}-disks/${g.profile}"
+      # Kubernetes toleration objects, as spec.scheduling.tolerations of a KVCluster takes them.
+      tolerations = [for p in compact([g.taint ? g.profile : ""]) : {
+        key      = "levee.io/storage"
+        operator = "Equal"
+        value    = p
+        effect   = "NoSchedule"
+      }]
     }
   }
 }

@@ -9,11 +9,15 @@ resource "aws_security_group" "cluster" {
   tags        = merge(local.tags, { Name = "${var.name}-cluster" })
 }
 
+# Nodes carry this group and the EKS-managed cluster security group. Only the latter is tagged
+# kubernetes.io/cluster/<name> (EKS tags it): the AWS Load Balancer Controller and the in-tree service
+# controller expect exactly one tagged group per node and fail LoadBalancer Services and Ingresses when
+# they find two, so this group must never carry the tag.
 resource "aws_security_group" "node" {
   name        = "${var.name}-node"
   description = "levee nodes of ${var.name}"
   vpc_id      = local.vpc_id
-  tags        = merge(local.tags, { Name = "${var.name}-node", "kubernetes.io/cluster/${var.name}" = "owned" })
+  tags        = merge(local.tags, { Name = "${var.name}-node" })
 }
 
 resource "aws_vpc_security_group_egress_rule" "node_all" {

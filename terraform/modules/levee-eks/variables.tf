@@ -37,7 +37,7 @@ variable "vpc_cidr" {
 }
 
 variable "availability_zones" {
-  description = "Availability zones for the new VPC's subnets, one private and one public subnet each (create_vpc = true)."
+  description = "Availability zones for the new VPC's subnets, one private and one public subnet each. Required (at least two) with create_vpc = true, the default; unused with an existing VPC."
   type        = list(string)
   default     = []
 
@@ -74,14 +74,17 @@ variable "node_groups" {
     Managed node groups, keyed by a short name. `profile` is nvme (local NVMe instance store, e.g. i4i/i3en)
     or hdd (dense HDD instance store, e.g. d3/d3en); nodes get the label levee.io/storage=<profile> that
     a KVCluster's spec.storage.profile selects. A group runs in every subnet unless pinned to some zones
-    with `availability_zones` (new VPC) or to some subnets with `subnet_ids` (existing VPC).
+    with `availability_zones` (new VPC) or to some subnets with `subnet_ids` (existing VPC). Sizes left out
+    follow the ones given: min_size 3 (capped by a smaller desired_size or max_size), desired_size =
+    min_size, max_size = max(6, desired_size). The instance types of a group must be of one shape (see
+    local.instance_shapes); put other shapes in groups of their own.
   EOT
   type = map(object({
     profile            = string
     instance_types     = optional(list(string))
-    min_size           = optional(number, 3)
-    max_size           = optional(number, 6)
-    desired_size       = optional(number, 3)
+    min_size           = optional(number)
+    max_size           = optional(number)
+    desired_size       = optional(number)
     availability_zones = optional(list(string))
     subnet_ids         = optional(list(string))
     labels             = optional(map(string), {})
@@ -98,8 +101,21 @@ variable "node_groups" {
     error_message = "Each node group's profile must be \"nvme\" or \"hdd\"."
   }
   validation {
-    condition     = alltrue([for g in values(var.node_groups) : g.min_size >= 0 && g.min_size <= g.desired_size && g.desired_size <= g.max_size && g.max_size >= 1])
-    error_message = "Each node group needs 0 <= min_size <= desired_size <= max_size and max_size >= 1."
+    # The defaults of left-out sizes, as in local.groups.
+    condition = alltrue([
+      for g in values(var.node_groups) : (
+        coalesce(g.min_size, min(3, coalesce(g.desired_size, g.max_size, 3))) >= 0 &&
+        coalesce(g.min_size, min(3, coalesce(g.desired_size, g.max_size, 3))) <= coalesce(g.desired_size, g.min_size, min(3, coalesce(g.max_size, 3))) &&
+        coalesce(g.desired_size, g.min_size, min(3, coalesce(g.max_size, 3))) <= coalesce(g.max_size, max(6, coalesce(g.desired_size, g.min_size, 3))) &&
+        coalesce(g.max_size, max(6, coalesce(g.desired_size, g.min_size, 3))) >= 1
+      )
+    ])
+    error_message = "Each node group needs 0 <= min_size <= desired_size <= max_size and max_size >= 1 (sizes left out follow the ones given)."
+  }
+  validation {
+    # Root EBS volume: integral GiB, no smaller than the EKS AL2023 AMI's 20 GiB snapshot, at most gp3's 16 TiB.
+    condition     = alltrue([for g in values(var.node_groups) : g.disk_size_gb >= 20 && g.disk_size_gb <= 16384 && floor(g.disk_size_gb) == g.disk_size_gb])
+    error_message = "A node group's disk_size_gb (root EBS volume) must be a whole number of GiB from 20 (the EKS AMI's snapshot) to 16384 (gp3's maximum)."
   }
   validation {
     condition     = alltrue([for g in values(var.node_groups) : g.instance_types == null || length(coalesce(g.instance_types, ["x"])) > 0])
@@ -122,6 +138,23 @@ variable "node_groups" {
       length(distinct([for t in coalesce(g.instance_types, lookup(local.default_instance_types, g.profile, ["i4i.2xlarge"])) : contains(local.arm64_families, split(".", t)[0])])) <= 1
     ])
     error_message = "A node group's instance types must all be x86_64 or all be arm64 (Graviton: i4g, im4gn, is4gen, c6gd, m6gd, r6gd, m7gd, r7gd); put them in separate groups."
+  }
+  validation {
+    # One shape per group: one KVCluster volume size fits every node, and one more node adds one node's
+    # worth. Several types must all be in local.instance_shapes with equal vCPUs, memory and disks; d2/h1
+    # types must be there even alone, since their disks are mapped by count (see ephemeral_volumes).
+    condition = alltrue([
+      for g in values(var.node_groups) : alltrue([
+        for t in coalesce(g.instance_types, lookup(local.default_instance_types, g.profile, ["i4i.2xlarge"])) :
+        contains(keys(local.instance_shapes), t) || (
+          length(coalesce(g.instance_types, ["x"])) <= 1 && !contains(local.ephemeral_mapped_families, split(".", t)[0])
+        )
+        ]) && length(distinct([
+          for t in coalesce(g.instance_types, lookup(local.default_instance_types, g.profile, ["i4i.2xlarge"])) :
+          try(jsonencode(local.instance_shapes[t]), t)
+      ])) <= 1
+    ])
+    error_message = "A node group's instance types must be of one shape (same vCPUs, memory and instance-store disks, from local.instance_shapes): put each shape in a group of its own, e.g. nvme-i4i and nvme-i3en. d2 and h1 types must be sizes that exist (d2.xlarge-8xlarge, h1.2xlarge-16xlarge)."
   }
   validation {
     condition = alltrue([
@@ -152,7 +185,7 @@ variable "data_mount_path" {
 }
 
 variable "levee_ports" {
-  description = "levee node ports opened between nodes (and from the control plane): gRPC and metrics/health."
+  description = "levee's gRPC and metrics/health ports on the nodes: they change only the rules admitting the EKS control plane's security group. Between nodes every port is open already (the node security group admits itself)."
   type = object({
     grpc    = optional(number, 8087)
     metrics = optional(number, 8098)
@@ -177,9 +210,14 @@ variable "oidc_thumbprints" {
 }
 
 variable "endpoint_public_access_cidrs" {
-  description = "CIDRs allowed to reach the public Kubernetes API endpoint. Empty: the endpoint is private only."
+  description = "CIDRs allowed to reach the public Kubernetes API endpoint, e.g. [\"203.0.113.7/32\"] for the workstation running kubectl. Empty: the endpoint is private only, reachable from inside the VPC (a bastion or an SSM session on a host there)."
   type        = list(string)
   default     = []
+
+  validation {
+    condition     = alltrue([for c in var.endpoint_public_access_cidrs : can(cidrnetmask(c))])
+    error_message = "endpoint_public_access_cidrs must be IPv4 CIDR blocks such as 203.0.113.7/32."
+  }
 }
 
 variable "tags" {

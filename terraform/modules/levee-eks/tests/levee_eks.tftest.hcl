@@ -8,6 +8,11 @@ mock_provider "aws" {
       json = "{\"Version\":\"2012-10-17\",\"Statement\":[]}"
     }
   }
+  mock_data "aws_region" {
+    defaults = {
+      name = "eu-west-1"
+    }
+  }
 }
 
 variables {
@@ -33,8 +38,8 @@ run "node_groups_per_profile" {
   command = plan
 
   assert {
-    condition     = aws_eks_node_group.group["nvme"].instance_types == tolist(["i4i.2xlarge", "i3en.2xlarge"])
-    error_message = "nvme groups default to i4i/i3en instance types"
+    condition     = aws_eks_node_group.group["nvme"].instance_types == tolist(["i4i.2xlarge"])
+    error_message = "nvme groups default to one instance type, i4i.2xlarge (one shape per group)"
   }
   assert {
     condition     = aws_eks_node_group.group["hdd"].instance_types == tolist(["d3en.2xlarge"])
@@ -81,12 +86,16 @@ run "node_groups_per_profile" {
     error_message = "the storage output tells what to put in a KVCluster"
   }
   assert {
+    condition     = output.storage["hdd"].tolerations == [{ key = "levee.io/storage", operator = "Equal", value = "hdd", effect = "NoSchedule" }] && length(output.storage["nvme"].tolerations) == 0
+    error_message = "the storage output carries the tolerations a KVCluster on a tainted group needs, and none for an untainted one"
+  }
+  assert {
     condition     = strcontains(output.storage_class_manifests, "name: levee-nvme") && strcontains(output.storage_class_manifests, "name: levee-hdd") && strcontains(output.storage_class_manifests, "WaitForFirstConsumer")
     error_message = "storage classes for the local volumes are rendered"
   }
   assert {
-    condition     = output.kubeconfig_command == "aws eks update-kubeconfig --name levee-test"
-    error_message = "kubeconfig command names the cluster"
+    condition     = output.kubeconfig_command == "aws eks update-kubeconfig --region eu-west-1 --name levee-test"
+    error_message = "kubeconfig command names the cluster and its region"
   }
 }
 
@@ -224,7 +233,7 @@ run "groups_pinned_to_zones" {
 run "graviton_group_runs_arm64_ami" {
   command = plan
   variables {
-    node_groups = { arm = { profile = "nvme", instance_types = ["im4gn.2xlarge", "is4gen.2xlarge"] } }
+    node_groups = { arm = { profile = "nvme", instance_types = ["im4gn.2xlarge"] } }
   }
   assert {
     condition     = aws_eks_node_group.group["arm"].ami_type == "AL2023_ARM_64_STANDARD"
@@ -323,4 +332,205 @@ run "zones_outside_the_vpc_are_rejected" {
     node_groups = { nvme = { profile = "nvme", availability_zones = ["eu-west-1d"] } }
   }
   expect_failures = [var.node_groups]
+}
+
+# Issue 18, 1: nodes carry this group and the EKS cluster security group, which EKS tags
+# kubernetes.io/cluster/<name>; a second tagged group breaks LoadBalancer Services and Ingresses.
+run "node_security_group_leaves_the_cluster_tag_to_eks" {
+  command = plan
+
+  assert {
+    condition     = !contains(keys(aws_security_group.node.tags), "kubernetes.io/cluster/levee-test")
+    error_message = "the node security group must not be tagged kubernetes.io/cluster/<name>: the EKS cluster security group on the same nodes already is"
+  }
+  assert {
+    condition     = !contains(keys(aws_security_group.cluster.tags), "kubernetes.io/cluster/levee-test")
+    error_message = "the module's control-plane security group is not tagged for the cluster either"
+  }
+}
+
+# Issue 18, 2: d2/h1 instance stores are not NVMe and attach only when mapped as ephemeralN.
+run "xen_instance_store_is_mapped_as_ephemeral" {
+  command = plan
+  variables {
+    node_groups = {
+      d2   = { profile = "hdd", instance_types = ["d2.8xlarge"] }
+      h1   = { profile = "hdd", instance_types = ["h1.4xlarge"], disk_size_gb = 100 }
+      d3en = { profile = "hdd" }
+      nvme = { profile = "nvme" }
+    }
+  }
+
+  assert {
+    condition     = [for m in aws_launch_template.group["d2"].block_device_mappings : m.virtual_name if m.virtual_name != null] == [for i in range(24) : "ephemeral${i}"]
+    error_message = "a d2.8xlarge group maps its 24 instance-store disks as ephemeral0..ephemeral23"
+  }
+  assert {
+    condition     = [for m in aws_launch_template.group["d2"].block_device_mappings : m.device_name] == concat(["/dev/xvda"], [for c in split("", "bcdefghijklmnopqrstuvwxy") : "/dev/sd${c}"])
+    error_message = "the ephemeral disks take /dev/sdb../dev/sdy after the root volume /dev/xvda"
+  }
+  assert {
+    condition     = [for m in aws_launch_template.group["h1"].block_device_mappings : m.virtual_name if m.virtual_name != null] == ["ephemeral0", "ephemeral1"]
+    error_message = "an h1.4xlarge group maps its 2 instance-store disks"
+  }
+  assert {
+    condition     = length(aws_launch_template.group["nvme"].block_device_mappings) == 1 && length(aws_launch_template.group["d3en"].block_device_mappings) == 1
+    error_message = "NVMe instance stores (i4i, d3en) need no mapping: only the root volume is mapped"
+  }
+  assert {
+    condition     = aws_launch_template.group["h1"].block_device_mappings[0].ebs[0].volume_size == 100 && aws_launch_template.group["d2"].block_device_mappings[0].ebs[0].volume_size == 50
+    error_message = "disk_size_gb sizes the root volume (default 50 GiB)"
+  }
+}
+
+# Issue 18, 3: a node whose disks failed to prepare must not join with its storage label.
+run "failed_disk_preparation_keeps_the_node_out" {
+  command = plan
+
+  assert {
+    condition = alltrue([for p in ["nvme", "hdd"] : alltrue([for line in [
+      "/etc/systemd/system/kubelet.service.d/90-levee-data-volume.conf",
+      "RequiresMountsFor=$MOUNT $DISCOVERY/vol0",
+      "AssertPathIsMountPoint=$MOUNT\n",
+      "AssertPathIsMountPoint=$DISCOVERY/vol0\n",
+      "DISCOVERY=\"/mnt/levee-disks/${p}\"",
+    ] : strcontains(base64decode(aws_launch_template.group[p].user_data), line)])])
+    error_message = "the user data installs a kubelet drop-in that refuses to start the kubelet unless the data volume and its discovery bind mount are mounted"
+  }
+  assert {
+    # The gate goes in (and systemd reloads) before the first step that can fail: disk discovery.
+    condition = alltrue([for p in ["nvme", "hdd"] :
+      length(split("systemctl daemon-reload", base64decode(aws_launch_template.group[p].user_data))[0]) >
+      length(split("90-levee-data-volume.conf", base64decode(aws_launch_template.group[p].user_data))[0]) &&
+      length(split("systemctl daemon-reload", base64decode(aws_launch_template.group[p].user_data))[0]) <
+      length(split("mapfile -t DISKS", base64decode(aws_launch_template.group[p].user_data))[0])
+    ])
+    error_message = "the kubelet drop-in must be in place, and systemd reloaded, before the disk steps that can fail"
+  }
+}
+
+# Issue 18, 4: a bad root volume size fails at plan, not at apply.
+run "negative_root_volume_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", disk_size_gb = -50 } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "root_volume_smaller_than_the_ami_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", disk_size_gb = 10 } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+# Issue 18, 5: the I/O scheduler survives reboots (the user data runs once per instance).
+run "io_scheduler_survives_reboots" {
+  command = plan
+
+  assert {
+    condition = alltrue([for p in ["nvme", "hdd"] : alltrue([for s in [
+      "> /etc/udev/rules.d/90-levee-disks.rules",
+      "ATTRS{model}==\"Amazon EC2 NVMe Instance Storage\", ATTR{queue/scheduler}=\"${p == "hdd" ? "mq-deadline" : "none"}\", ATTR{queue/read_ahead_kb}=\"128\"",
+      "KERNEL==\\\"$name\\\", ATTR{queue/scheduler}=\\\"${p == "hdd" ? "mq-deadline" : "none"}\\\"",
+    ] : strcontains(base64decode(aws_launch_template.group[p].user_data), s)])])
+    error_message = "a udev rule sets the profile's I/O scheduler and read-ahead on the instance-store disks at every boot (NVMe by model, Xen disks by name)"
+  }
+  assert {
+    condition     = !strcontains(base64decode(aws_launch_template.group["hdd"].user_data), "ATTR{queue/scheduler}=\"none\"")
+    error_message = "the hdd rule does not set the none scheduler"
+  }
+}
+
+# Issue 18, 6: one shape per node group.
+run "hdd_types_of_different_shapes_are_rejected" {
+  command = plan
+  variables {
+    # d3.2xlarge: 8 vCPU, 64 GiB, 6 x 2 TB; d3en.2xlarge: 8 vCPU, 32 GiB, 4 x 14 TB.
+    node_groups = { hdd = { profile = "hdd", instance_types = ["d3.2xlarge", "d3en.2xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "nvme_types_of_different_shapes_are_rejected" {
+  command = plan
+  variables {
+    # i4i.2xlarge: 1 x 1,875 GB; i3en.2xlarge: 2 x 2,500 GB (same vCPUs and memory).
+    node_groups = { nvme = { profile = "nvme", instance_types = ["i4i.2xlarge", "i3en.2xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "types_of_unknown_shape_cannot_share_a_group" {
+  command = plan
+  variables {
+    node_groups = { nvme = { profile = "nvme", instance_types = ["c6id.2xlarge", "m6id.2xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "unknown_xen_size_is_rejected" {
+  command = plan
+  variables {
+    node_groups = { hdd = { profile = "hdd", instance_types = ["d2.16xlarge"] } }
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "types_of_one_shape_share_a_group" {
+  command = plan
+  variables {
+    node_groups = {
+      m5d  = { profile = "nvme", instance_types = ["m5d.2xlarge", "m5dn.2xlarge"] }
+      c6id = { profile = "nvme", instance_types = ["c6id.2xlarge"] }
+      hdd  = { profile = "hdd" }
+    }
+  }
+  assert {
+    condition     = aws_eks_node_group.group["m5d"].instance_types == tolist(["m5d.2xlarge", "m5dn.2xlarge"]) && aws_eks_node_group.group["c6id"].instance_types == tolist(["c6id.2xlarge"])
+    error_message = "types of one shape may share a group, and a single type needs no shape entry"
+  }
+  assert {
+    condition     = aws_eks_node_group.group["hdd"].instance_types == tolist(["d3en.2xlarge"])
+    error_message = "hdd groups default to one instance type, d3en.2xlarge"
+  }
+}
+
+# Issue 18, 7: sizes left out follow the ones given instead of contradicting them.
+run "left_out_sizes_follow_the_given_ones" {
+  command = plan
+  variables {
+    node_groups = {
+      small   = { profile = "nvme", min_size = 1, max_size = 2 }
+      capped  = { profile = "nvme", max_size = 2 }
+      big     = { profile = "nvme", desired_size = 10 }
+      dormant = { profile = "hdd", min_size = 0 }
+    }
+  }
+  assert {
+    condition     = [for k in ["small", "capped", "big", "dormant"] : [aws_eks_node_group.group[k].scaling_config[0].min_size, aws_eks_node_group.group[k].scaling_config[0].desired_size, aws_eks_node_group.group[k].scaling_config[0].max_size]] == [[1, 1, 2], [2, 2, 2], [3, 10, 10], [0, 0, 6]]
+    error_message = "min 1/max 2 -> 1/1/2; max 2 -> 2/2/2; desired 10 -> 3/10/10; min 0 -> 0/0/6"
+  }
+}
+
+# Issue 18, 7: the README walkthrough runs kubectl from a workstation, through the public endpoint.
+run "public_endpoint_for_a_workstation" {
+  command = plan
+  variables {
+    endpoint_public_access_cidrs = ["203.0.113.7/32"]
+  }
+  assert {
+    condition     = aws_eks_cluster.this.vpc_config[0].endpoint_public_access && aws_eks_cluster.this.vpc_config[0].public_access_cidrs == toset(["203.0.113.7/32"]) && aws_eks_cluster.this.vpc_config[0].endpoint_private_access
+    error_message = "endpoint_public_access_cidrs opens the public endpoint to those CIDRs only; nodes keep the private endpoint"
+  }
+}
+
+run "bad_endpoint_cidr_is_rejected" {
+  command = plan
+  variables {
+    endpoint_public_access_cidrs = ["203.0.113.7"]
+  }
+  expect_failures = [var.endpoint_public_access_cidrs]
 }

@@ -70,9 +70,12 @@ bench-engine: deps
 bench-maintenance: deps
 	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example bench_maintenance
 
-## crash-soak: the SIGKILL crash test with 1000 kills
+## crash-soak: the SIGKILL crash test with 1000 kills, then the simulated-disk power-loss test with
+## 100,000 cut points (make test runs 50 kills and 2,000 cut points)
+POWER_CUTS ?= 100000
 crash-soak: deps
 	cd $(ENGINE) && LEVEE_CRASH_KILLS=1000 $(CARGO) test --release -p levee-store --test crash -- --nocapture
+	cd $(ENGINE) && LEVEE_POWER_CUTS=$(POWER_CUTS) $(CARGO) test --release -p levee-store --test power_loss -- --nocapture
 
 clean:
 	cd $(ENGINE) && $(CARGO) clean

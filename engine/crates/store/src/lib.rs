@@ -28,6 +28,7 @@ mod keys;
 mod ledger;
 mod manifest;
 mod snapshot;
+pub mod storage;
 mod store;
 mod view;
 

@@ -17,6 +17,7 @@ use crate::config::NUM_LEVELS;
 use crate::error::{Error, IoContext, Result};
 use crate::fsutil::{remove_if_exists, write_atomic};
 use crate::ledger::sst::{sst_path, TableMeta};
+use crate::storage::Storage;
 
 const MAGIC: &[u8; 4] = b"LVMF";
 const VERSION: u32 = 1;
@@ -124,10 +125,15 @@ impl Manifest {
     }
 
     /// Write this manifest durably and drop generations older than `KEEP`.
-    pub(crate) fn store(&self, dir: &Path) -> Result<()> {
-        write_atomic(dir, &manifest_path(dir, self.generation), &self.encode())?;
+    pub(crate) fn store(&self, disk: &dyn Storage, dir: &Path) -> Result<()> {
+        write_atomic(
+            disk,
+            dir,
+            &manifest_path(dir, self.generation),
+            &self.encode(),
+        )?;
         if self.generation >= KEEP {
-            remove_if_exists(&manifest_path(dir, self.generation - KEEP))?;
+            remove_if_exists(disk, &manifest_path(dir, self.generation - KEEP))?;
         }
         Ok(())
     }
@@ -135,10 +141,11 @@ impl Manifest {
 
 /// The lowest `persisted_sqn` among the readable manifests in `dir`: any of them could be the one a
 /// later open falls back to, so no journal record above this may be dropped.
-pub(crate) fn persisted_floor(dir: &Path) -> Result<u64> {
+pub(crate) fn persisted_floor(disk: &dyn Storage, dir: &Path) -> Result<u64> {
     let mut floor: Option<u64> = None;
-    for g in list(dir)? {
-        if let Some(m) = std::fs::read(manifest_path(dir, g))
+    for g in list(disk, dir)? {
+        if let Some(m) = disk
+            .read(&manifest_path(dir, g))
             .ok()
             .and_then(|b| Manifest::decode(&b).ok())
         {
@@ -149,12 +156,12 @@ pub(crate) fn persisted_floor(dir: &Path) -> Result<u64> {
 }
 
 /// Generations of the manifests present in `dir`, newest first.
-pub(crate) fn list(dir: &Path) -> Result<Vec<u64>> {
+pub(crate) fn list(disk: &dyn Storage, dir: &Path) -> Result<Vec<u64>> {
     let mut gens = Vec::new();
-    for e in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
-        let e = e.ctx(|| format!("listing {}", dir.display()))?;
-        let name = e.file_name();
-        let name = name.to_string_lossy();
+    for name in disk
+        .list_dir(dir)
+        .ctx(|| format!("listing {}", dir.display()))?
+    {
         if let Some(g) = name
             .strip_prefix("MANIFEST-")
             .and_then(|g| g.parse::<u64>().ok())
@@ -168,15 +175,16 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<u64>> {
 
 /// Load the newest valid manifest whose tables all exist in `ledger_dir`.
 /// `Ok(None)` when there is no manifest at all (a new store).
-pub(crate) fn load(dir: &Path, ledger_dir: &Path) -> Result<Option<Manifest>> {
-    let gens = list(dir)?;
+pub(crate) fn load(disk: &dyn Storage, dir: &Path, ledger_dir: &Path) -> Result<Option<Manifest>> {
+    let gens = list(disk, dir)?;
     if gens.is_empty() {
         return Ok(None);
     }
     let mut problems = Vec::new();
     for g in gens {
         let path = manifest_path(dir, g);
-        let attempt = std::fs::read(&path)
+        let attempt = disk
+            .read(&path)
             .ctx(|| format!("reading {}", path.display()))
             .and_then(|b| Manifest::decode(&b))
             .and_then(|m| {
@@ -187,7 +195,7 @@ pub(crate) fn load(dir: &Path, ledger_dir: &Path) -> Result<Option<Manifest>> {
                     )));
                 }
                 for t in m.levels.iter().flatten() {
-                    if !sst_path(ledger_dir, t.id).exists() {
+                    if !disk.exists(&sst_path(ledger_dir, t.id)) {
                         return Err(Error::Corruption(format!("its table {} is missing", t.id)));
                     }
                 }
@@ -261,26 +269,33 @@ mod tests {
 
     #[test]
     fn falls_back_to_older_generation_and_fails_clearly_when_none_is_valid() {
+        let disk = crate::storage::RealStorage;
         let d = tempfile::tempdir().unwrap();
         let ledger = d.path().join("ledger");
         std::fs::create_dir(&ledger).unwrap();
         for id in [7, 9] {
             std::fs::write(sst_path(&ledger, id), b"x").unwrap();
         }
-        assert!(load(d.path(), &ledger).unwrap().is_none());
-        sample(1).store(d.path()).unwrap();
-        sample(2).store(d.path()).unwrap();
-        assert_eq!(load(d.path(), &ledger).unwrap().unwrap().generation, 2);
+        assert!(load(&disk, d.path(), &ledger).unwrap().is_none());
+        sample(1).store(&disk, d.path()).unwrap();
+        sample(2).store(&disk, d.path()).unwrap();
+        assert_eq!(
+            load(&disk, d.path(), &ledger).unwrap().unwrap().generation,
+            2
+        );
         // Damage the newest: the older one is used.
         let p2 = manifest_path(d.path(), 2);
         let mut b = std::fs::read(&p2).unwrap();
         b[10] ^= 1;
         std::fs::write(&p2, &b).unwrap();
-        assert_eq!(load(d.path(), &ledger).unwrap().unwrap().generation, 1);
+        assert_eq!(
+            load(&disk, d.path(), &ledger).unwrap().unwrap().generation,
+            1
+        );
         // Damage the older one too: a clear error naming both.
         let p1 = manifest_path(d.path(), 1);
         std::fs::write(&p1, b"garbage").unwrap();
-        let err = load(d.path(), &ledger).unwrap_err();
+        let err = load(&disk, d.path(), &ledger).unwrap_err();
         assert!(err.is_corruption());
         let msg = err.to_string();
         assert!(
@@ -289,8 +304,8 @@ mod tests {
         );
         // Generations beyond KEEP are pruned.
         for g in 3..=6 {
-            sample(g).store(d.path()).unwrap();
+            sample(g).store(&disk, d.path()).unwrap();
         }
-        assert_eq!(list(d.path()).unwrap(), vec![6, 5, 4]);
+        assert_eq!(list(&disk, d.path()).unwrap(), vec![6, 5, 4]);
     }
 }

@@ -5,7 +5,6 @@
 //! `write` → `mem` → `version` → `manifest` → `bg`; `sync` is only taken with nothing else held.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::aae::{self, AaeKeyHash, AaeState, AaeTree};
 use crate::config::{Config, SyncMode, NUM_LEVELS};
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::{remove_if_exists, sync_dir};
+use crate::fsutil::{create_dir_durable, remove_if_exists, sync_dir};
 use crate::journal::record::{self, Kind, RecordView};
 use crate::journal::segment::{self, IdxEntry, ScanEnd, Segment};
 use crate::journal::{Journal, JournalWriter};
@@ -30,6 +29,7 @@ use crate::manifest::{self, Manifest, SegmentEntry, KEEP};
 use crate::snapshot::{
     FoldedHead, HeadFoldOptions, IndexPage, IndexQuery, SnapInner, Snapshot, SnapshotKind,
 };
+use crate::storage::{Disk, LockGuard, RealStorage, StorageFile};
 use crate::view::View;
 
 /// Sequence number: one per write, shared by the object and its index entries.
@@ -189,6 +189,7 @@ struct Bg {
 }
 
 struct Inner {
+    disk: Disk,
     dir: PathBuf,
     ledger_dir: PathBuf,
     cfg: Config,
@@ -197,7 +198,7 @@ struct Inner {
     /// The active segment's file, replaced on a roll. The syncer and the flush worker sync it
     /// without the write lock, so they never wait behind writers (or behind close, which holds
     /// that lock while it joins the worker).
-    active_journal: Mutex<Arc<File>>,
+    active_journal: Mutex<Arc<dyn StorageFile>>,
     aae: Option<Mutex<AaeState>>,
     compaction_lock: Mutex<()>,
     snapshots: Mutex<Vec<std::sync::Weak<SnapInner>>>,
@@ -224,7 +225,7 @@ pub struct Store {
     worker: Mutex<Option<JoinHandle<()>>>,
     syncer: Mutex<Option<JoinHandle<()>>>,
     scheduler: Mutex<Option<JoinHandle<()>>>,
-    lock: Mutex<Option<File>>,
+    lock: Mutex<Option<LockGuard>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -235,18 +236,18 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn list_ids(dir: &Path, ext: &str) -> Result<Vec<u64>> {
+fn list_ids(disk: &Disk, dir: &Path, ext: &str) -> Result<Vec<u64>> {
     let mut ids = Vec::new();
-    for e in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
-        let e = e.ctx(|| format!("listing {}", dir.display()))?;
-        let name = e.file_name();
-        let name = name.to_string_lossy();
+    for name in disk
+        .list_dir(dir)
+        .ctx(|| format!("listing {}", dir.display()))?
+    {
         if let Some(stem) = name.strip_suffix(ext) {
             if let Ok(id) = stem.parse::<u64>() {
                 ids.push(id);
             }
         } else if name.ends_with(".tmp") {
-            remove_if_exists(&e.path())?;
+            remove_if_exists(&**disk, &dir.join(&name))?;
         }
     }
     ids.sort_unstable();
@@ -323,36 +324,35 @@ impl Store {
     /// Open (or create) a store in `dir`, recovering from the journal whatever the ledger had not
     /// persisted.
     pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Store> {
+        Self::open_on(RealStorage::shared(), dir, cfg)
+    }
+
+    /// `open` on a given storage layer (the real filesystem, or a simulated disk in tests).
+    pub fn open_on(disk: Disk, dir: impl AsRef<Path>, cfg: Config) -> Result<Store> {
         cfg.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let journal_dir = dir.join("journal");
         let ledger_dir = dir.join("ledger");
         for d in [&dir, &journal_dir, &ledger_dir] {
-            std::fs::create_dir_all(d).ctx(|| format!("creating {}", d.display()))?;
+            create_dir_durable(&*disk, d)?;
         }
         let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .ctx(|| format!("opening {}", lock_path.display()))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+        let lock = match disk.lock(&lock_path) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 return Err(Error::Locked { path: dir.clone() })
             }
-            Err(std::fs::TryLockError::Error(e)) => {
+            Err(e) => {
                 return Err(Error::Io {
                     context: format!("locking {}", lock_path.display()),
                     source: e,
                 })
             }
-        }
+        };
 
         // Ledger: the newest usable manifest, its tables, and nothing else.
-        let loaded = manifest::load(&dir, &ledger_dir)?;
-        let newest_gen = manifest::list(&dir)?.first().copied().unwrap_or(0);
+        let loaded = manifest::load(&*disk, &dir, &ledger_dir)?;
+        let newest_gen = manifest::list(&*disk, &dir)?.first().copied().unwrap_or(0);
         let m = loaded.unwrap_or_else(|| Manifest {
             levels: vec![Vec::new(); NUM_LEVELS],
             ..Manifest::default()
@@ -361,17 +361,17 @@ impl Store {
         let mut max_file_id = m.next_file_id;
         let live: std::collections::HashSet<u64> =
             m.levels.iter().flatten().map(|t| t.id).collect();
-        for id in list_ids(&ledger_dir, ".sst")? {
+        for id in list_ids(&disk, &ledger_dir, ".sst")? {
             if !live.contains(&id) {
                 log::info!("removing ledger file {id} that no manifest lists");
-                remove_if_exists(&sst_path(&ledger_dir, id))?;
+                remove_if_exists(&*disk, &sst_path(&ledger_dir, id))?;
             }
             max_file_id = max_file_id.max(id + 1);
         }
         let mut version = Version::empty();
         for (l, tables) in m.levels.iter().enumerate() {
             for t in tables {
-                version.levels[l].push(Arc::new(Table::open(&ledger_dir, t.clone())?));
+                version.levels[l].push(Arc::new(Table::open(&disk, &ledger_dir, t.clone())?));
             }
         }
 
@@ -387,27 +387,27 @@ impl Store {
         // (replaced by a compaction whose old files were not yet deleted).
         let listed: std::collections::HashSet<u64> = m.segments.iter().map(|s| s.id).collect();
         let max_listed = listed.iter().copied().max();
-        for id in list_ids(&journal_dir, ".cseg")? {
+        for id in list_ids(&disk, &journal_dir, ".cseg")? {
             let cseg = segment::cseg_path(&journal_dir, id);
             if listed.contains(&id) {
-                std::fs::rename(&cseg, segment::seg_path(&journal_dir, id))
+                disk.rename(&cseg, &segment::seg_path(&journal_dir, id))
                     .ctx(|| format!("renaming {}", cseg.display()))?;
             } else {
                 log::info!(
                     "removing {} left by an interrupted journal compaction",
                     cseg.display()
                 );
-                remove_if_exists(&cseg)?;
-                remove_if_exists(&segment::idx_path(&journal_dir, id))?;
+                remove_if_exists(&*disk, &cseg)?;
+                remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
             }
         }
-        sync_dir(&journal_dir)?;
+        sync_dir(&*disk, &journal_dir)?;
         let mut ids = Vec::new();
-        for id in list_ids(&journal_dir, ".seg")? {
+        for id in list_ids(&disk, &journal_dir, ".seg")? {
             if !listed.contains(&id) && max_listed.is_some_and(|m| id < m) {
                 log::info!("removing journal segment {id} replaced by compaction");
-                remove_if_exists(&segment::seg_path(&journal_dir, id))?;
-                remove_if_exists(&segment::idx_path(&journal_dir, id))?;
+                remove_if_exists(&*disk, &segment::seg_path(&journal_dir, id))?;
+                remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
             } else {
                 ids.push(id);
             }
@@ -423,12 +423,12 @@ impl Store {
             let is_last = i + 1 == ids.len();
             let listed_closed = m.segments.iter().any(|s| s.id == id && s.closed);
             let idx = if listed_closed || !is_last {
-                segment::load_index(&journal_dir, id)?
+                segment::load_index(&*disk, &journal_dir, id)?
             } else {
                 None
             };
             let seg = if let Some(entries) = idx {
-                let seg = Segment::open(&journal_dir, id, entries, true)?;
+                let seg = Segment::open(&disk, &journal_dir, id, entries, true)?;
                 for e in seg.entries().into_iter().filter(|e| e.sqn > persisted) {
                     let raw = seg.read_raw(e)?;
                     let view = record::decode(&raw).map_err(|err| {
@@ -448,7 +448,7 @@ impl Store {
                 loop {
                     let before = entries.len();
                     let last = entries.last().map(|e| e.sqn).unwrap_or(0);
-                    let end = segment::scan(&path, start, last, |e, view| {
+                    let end = segment::scan(&*disk, &path, start, last, |e, view| {
                         entries.push(e);
                         if view.sqn > persisted {
                             replay(&mut mem, view);
@@ -473,13 +473,13 @@ impl Store {
                                 "journal segment {}: torn tail at offset {offset} ({reason}); truncating",
                                 path.display()
                             );
-                            let f = OpenOptions::new()
-                                .write(true)
-                                .open(&path)
+                            let f = disk
+                                .open(&path, true)
                                 .ctx(|| format!("opening {}", path.display()))?;
                             f.set_len(offset)
                                 .ctx(|| format!("truncating {}", path.display()))?;
-                            f.sync_all().ctx(|| format!("syncing {}", path.display()))?;
+                            f.sync_data()
+                                .ctx(|| format!("syncing {}", path.display()))?;
                             break;
                         }
                         ScanEnd::Corrupt {
@@ -495,8 +495,13 @@ impl Store {
                         }
                     }
                 }
-                let seg = Segment::open(&journal_dir, id, entries, false)?;
+                let seg = Segment::open(&disk, &journal_dir, id, entries, false)?;
                 if seg.record_count() > 0 {
+                    // What the scan found may be only in the page cache (a process crash): make
+                    // it durable before anything (a flush, a compaction) relies on it.
+                    disk.open(&path, true)
+                        .and_then(|f| f.sync_data())
+                        .ctx(|| format!("syncing {}", path.display()))?;
                     seg.close(&journal_dir)?;
                 }
                 seg
@@ -505,27 +510,28 @@ impl Store {
                 max_sqn = max_sqn.max(last);
                 segments.push(seg);
             } else {
-                remove_if_exists(&seg.path)?;
-                remove_if_exists(&segment::idx_path(&journal_dir, id))?;
+                remove_if_exists(&*disk, &seg.path)?;
+                remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
             }
         }
         // Compaction outputs carry new ids but old SQNs: order by SQN.
         segments.sort_by_key(|s| s.first_sqn());
         let next_segment_id = ids.last().map(|i| i + 1).unwrap_or(1);
-        let (active_seg, file) = Segment::create(&journal_dir, next_segment_id)?;
+        let (active_seg, file) = Segment::create(&disk, &journal_dir, next_segment_id)?;
         segments.push(active_seg.clone());
-        sync_dir(&journal_dir)?;
+        sync_dir(&*disk, &journal_dir)?;
         let journal = Arc::new(Journal::new(journal_dir, segments));
         let writer = JournalWriter {
             seg: active_seg,
-            file: Arc::new(file),
+            file,
             size: 0,
             records: 0,
         };
         let active_journal = Mutex::new(writer.file.clone());
 
-        let persisted_floor = manifest::persisted_floor(&dir)?;
+        let persisted_floor = manifest::persisted_floor(&*disk, &dir)?;
         let inner = Arc::new(Inner {
+            disk,
             dir,
             ledger_dir,
             journal,
@@ -753,7 +759,7 @@ impl Store {
         let result = (|| -> Result<()> {
             let w = i.write.lock();
             // The journal first, so the final memtable flush finds every record it persists durable.
-            let synced = JournalWriter::sync(&w.journal.file);
+            let synced = JournalWriter::sync(&*w.journal.file);
             if synced.is_ok() {
                 let mut s = i.sync.lock();
                 s.synced = s.synced.max(w.next_sqn - 1);
@@ -942,9 +948,17 @@ impl Inner {
         floor.min(self.persisted_sqn.load(Ordering::Acquire))
     }
 
-    /// Whether the ledger still points at this record (or it may still be needed for replay).
+    /// Whether the record may still be needed: the ledger points at it, replay may need it, or the
+    /// write that replaced it is not yet durable (a power cut would lose that write and leave the
+    /// ledger pointing here again).
     fn record_is_live(&self, sqn: Sqn, ledger_key: &[u8], protected: Sqn) -> Result<bool> {
-        Ok(sqn > protected || self.lookup(ledger_key)?.is_some_and(|v| v.sqn == sqn))
+        if sqn > protected {
+            return Ok(true);
+        }
+        let durable = self.sync.lock().synced;
+        Ok(self
+            .lookup(ledger_key)?
+            .is_some_and(|v| v.sqn == sqn || v.sqn > durable))
     }
 
     /// Percentage of a segment's bytes still live, from a contiguous sample of its records.
@@ -1013,10 +1027,10 @@ impl Inner {
                 w.next_segment_id += 1;
                 w.next_segment_id - 1
             };
-            let (seg, file) = Segment::create_output(&dir, id)?;
+            let (seg, file) = Segment::create_output(&self.disk, &dir, id)?;
             Ok(JournalWriter {
                 seg,
-                file: Arc::new(file),
+                file,
                 size: 0,
                 records: 0,
             })
@@ -1047,7 +1061,7 @@ impl Inner {
                         )
                     }) {
                         if let Some(w) = writer.take() {
-                            JournalWriter::sync(&w.file)?;
+                            JournalWriter::sync(&*w.file)?;
                             w.seg.close(&dir)?;
                         }
                         let w = new_output()?;
@@ -1069,15 +1083,15 @@ impl Inner {
                 }
             }
             if let Some(w) = writer.take() {
-                JournalWriter::sync(&w.file)?;
+                JournalWriter::sync(&*w.file)?;
                 w.seg.close(&dir)?;
             }
             Ok(())
         })();
         if let Err(e) = rewrite {
             for o in &outputs {
-                remove_if_exists(&segment::cseg_path(&dir, o.id))?;
-                remove_if_exists(&segment::idx_path(&dir, o.id))?;
+                remove_if_exists(&*self.disk, &segment::cseg_path(&dir, o.id))?;
+                remove_if_exists(&*self.disk, &segment::idx_path(&dir, o.id))?;
             }
             return Err(e);
         }
@@ -1085,13 +1099,14 @@ impl Inner {
         self.journal.replace(run, outputs.clone());
         self.write_manifest(Vec::new())?;
         for o in &outputs {
-            std::fs::rename(
-                segment::cseg_path(&dir, o.id),
-                segment::seg_path(&dir, o.id),
-            )
-            .ctx(|| format!("renaming compaction output {}", o.id))?;
+            self.disk
+                .rename(
+                    &segment::cseg_path(&dir, o.id),
+                    &segment::seg_path(&dir, o.id),
+                )
+                .ctx(|| format!("renaming compaction output {}", o.id))?;
         }
-        sync_dir(&dir)?;
+        sync_dir(&*self.disk, &dir)?;
         for s in run {
             s.mark_obsolete();
         }
@@ -1257,7 +1272,7 @@ impl Inner {
                 let id = w.next_segment_id;
                 // The write itself is in; a failed roll leaves the old segment active.
                 let t = Instant::now();
-                let rolled = w.journal.roll(&self.journal.dir, id);
+                let rolled = w.journal.roll(&self.disk, &self.journal.dir, id);
                 let n = t.elapsed().as_nanos() as u64;
                 self.c.roll_nanos.fetch_add(n, Ordering::Relaxed);
                 self.c.max_roll_nanos.fetch_max(n, Ordering::Relaxed);
@@ -1569,7 +1584,7 @@ impl Inner {
             segments,
             levels: version.metas(),
         };
-        m.store(&self.dir)?;
+        m.store(&*self.disk, &self.dir)?;
         ms.generation = generation;
         ms.persisted_history.push_back(persisted_sqn);
         while ms.persisted_history.len() > KEEP as usize {
@@ -1645,6 +1660,7 @@ impl Inner {
         let entries = mem.encoded_entries();
         if !entries.is_empty() {
             let mut b = TableBuilder::create(
+                &self.disk,
                 &self.ledger_dir,
                 self.new_file_id(),
                 self.cfg.sst_block_bytes,
@@ -1655,7 +1671,8 @@ impl Inner {
             }
             let meta = b.finish()?;
             self.c.ledger_bytes.fetch_add(meta.size, Ordering::Relaxed);
-            let table = Arc::new(Table::open(&self.ledger_dir, meta)?);
+            sync_dir(&*self.disk, &self.ledger_dir)?;
+            let table = Arc::new(Table::open(&self.disk, &self.ledger_dir, meta)?);
             let mut v = self.version.write();
             let mut nv = (**v).clone();
             nv.levels[0].push(table);
@@ -1691,7 +1708,7 @@ impl Inner {
         let target = self.last_sqn.load(Ordering::Acquire);
         let file = self.active_journal.lock().clone();
         let t = Instant::now();
-        JournalWriter::sync(&file)?;
+        JournalWriter::sync(&*file)?;
         self.c
             .fsync_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -1718,15 +1735,18 @@ impl Inner {
         let lower = find(task.level + 1, &task.lower);
         let inputs: Vec<Arc<Table>> = upper.iter().chain(lower.iter()).cloned().collect();
         let (outs, written) = run_merge(
+            &self.disk,
             &self.ledger_dir,
             &self.cfg,
             &inputs,
             task.drop_tombstones,
             || self.new_file_id(),
         )?;
+        // The new tables' directory entries must be durable before a manifest lists them.
+        sync_dir(&*self.disk, &self.ledger_dir)?;
         let mut opened = Vec::with_capacity(outs.len());
         for m in outs {
-            opened.push(Arc::new(Table::open(&self.ledger_dir, m)?));
+            opened.push(Arc::new(Table::open(&self.disk, &self.ledger_dir, m)?));
         }
         {
             let mut v = self.version.write();

@@ -5,8 +5,6 @@
 pub(crate) mod record;
 pub(crate) mod segment;
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,6 +12,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::error::{Error, IoContext, Result};
+use crate::storage::{Disk, StorageFile};
 use segment::{IdxEntry, Segment};
 
 /// Read side of the journal: the ordered list of segments.
@@ -123,7 +122,7 @@ pub(crate) fn find(segs: &[Arc<Segment>], sqn: u64) -> Option<(Arc<Segment>, Idx
 /// The append side: the active segment and its write handle. Owned by the store's write lock.
 pub(crate) struct JournalWriter {
     pub seg: Arc<Segment>,
-    pub file: Arc<File>,
+    pub file: Arc<dyn StorageFile>,
     pub size: u64,
     pub records: u64,
 }
@@ -132,8 +131,7 @@ impl JournalWriter {
     /// Append one encoded record. On failure the segment is cut back to its previous end so a
     /// half-written record never sits between valid ones.
     pub(crate) fn append(&mut self, sqn: u64, buf: &[u8]) -> Result<()> {
-        let mut f: &File = &self.file;
-        if let Err(e) = f.write_all(buf) {
+        if let Err(e) = self.file.append(buf) {
             let cut = self.file.set_len(self.size);
             return Err(match cut {
                 Ok(()) => Error::Io {
@@ -160,17 +158,17 @@ impl JournalWriter {
     }
 
     /// Make everything appended so far durable.
-    pub(crate) fn sync(file: &File) -> Result<()> {
+    pub(crate) fn sync(file: &dyn StorageFile) -> Result<()> {
         file.sync_data().ctx(|| "syncing the journal".to_string())
     }
 
     /// Close this segment (fsync, write its index) and start a new one with `new_id`.
-    pub(crate) fn roll(&mut self, dir: &Path, new_id: u64) -> Result<Arc<Segment>> {
-        Self::sync(&self.file)?;
+    pub(crate) fn roll(&mut self, disk: &Disk, dir: &Path, new_id: u64) -> Result<Arc<Segment>> {
+        Self::sync(&*self.file)?;
         self.seg.close(dir)?;
-        let (seg, file) = Segment::create(dir, new_id)?;
+        let (seg, file) = Segment::create(disk, dir, new_id)?;
         self.seg = seg.clone();
-        self.file = Arc::new(file);
+        self.file = file;
         self.size = 0;
         self.records = 0;
         Ok(seg)

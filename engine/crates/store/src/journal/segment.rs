@@ -9,9 +9,6 @@
 //!
 //! The index of the active segment lives only in memory and is rebuilt by scanning the file on open.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +18,8 @@ use parking_lot::RwLock;
 use super::record::{self, RecordView, HEADER_BYTES};
 use crate::codec::{put_u32, put_u64, seal, unseal, Reader};
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::{sync_dir, write_atomic};
+use crate::fsutil::{remove_quietly, sync_dir, write_atomic};
+use crate::storage::{Disk, Storage, StorageFile};
 
 const IDX_MAGIC: &[u8; 4] = b"LVIX";
 const IDX_VERSION: u32 = 1;
@@ -56,7 +54,8 @@ pub(crate) fn cseg_path(dir: &Path, id: u64) -> PathBuf {
 pub(crate) struct Segment {
     pub id: u64,
     pub path: PathBuf,
-    file: File,
+    disk: Disk,
+    file: Arc<dyn StorageFile>,
     index: RwLock<Vec<IdxEntry>>,
     closed: AtomicBool,
     /// Replaced by compaction: the files go when the last reader (e.g. a snapshot) lets go.
@@ -67,11 +66,7 @@ impl Drop for Segment {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             for p in [self.path.clone(), self.path.with_extension("idx")] {
-                if let Err(e) = std::fs::remove_file(&p) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        log::warn!("could not remove {}: {e}", p.display());
-                    }
-                }
+                remove_quietly(&*self.disk, &p);
             }
         }
     }
@@ -79,54 +74,68 @@ impl Drop for Segment {
 
 impl Segment {
     /// Create a new, empty active segment; returns it and the append handle.
-    pub(crate) fn create(dir: &Path, id: u64) -> Result<(Arc<Segment>, File)> {
-        Self::create_as(dir, id, false)
+    pub(crate) fn create(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+    ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
+        Self::create_as(disk, dir, id, false)
     }
 
     /// Create a compaction output: written as `<id>.cseg`, renamed to `<id>.seg` once the manifest
     /// lists it (`path` already names the final file).
-    pub(crate) fn create_output(dir: &Path, id: u64) -> Result<(Arc<Segment>, File)> {
-        Self::create_as(dir, id, true)
+    pub(crate) fn create_output(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+    ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
+        Self::create_as(disk, dir, id, true)
     }
 
-    fn create_as(dir: &Path, id: u64, output: bool) -> Result<(Arc<Segment>, File)> {
+    fn create_as(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+        output: bool,
+    ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
         let path = seg_path(dir, id);
         let on_disk = if output {
             cseg_path(dir, id)
         } else {
             path.clone()
         };
-        let writer = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&on_disk)
+        let file = disk
+            .create_new(&on_disk)
             .ctx(|| format!("creating journal segment {}", on_disk.display()))?;
-        sync_dir(dir)?;
-        let file = File::open(&on_disk).ctx(|| format!("opening {}", on_disk.display()))?;
+        sync_dir(&**disk, dir)?;
         let seg = Segment {
             id,
             path,
-            file,
+            disk: disk.clone(),
+            file: file.clone(),
             index: RwLock::new(Vec::new()),
             closed: AtomicBool::new(false),
             obsolete: AtomicBool::new(false),
         };
-        Ok((Arc::new(seg), writer))
+        Ok((Arc::new(seg), file))
     }
 
     /// Open an existing segment with a known index.
     pub(crate) fn open(
+        disk: &Disk,
         dir: &Path,
         id: u64,
         index: Vec<IdxEntry>,
         closed: bool,
     ) -> Result<Arc<Segment>> {
         let path = seg_path(dir, id);
-        let file =
-            File::open(&path).ctx(|| format!("opening journal segment {}", path.display()))?;
+        let file = disk
+            .open(&path, false)
+            .ctx(|| format!("opening journal segment {}", path.display()))?;
         Ok(Arc::new(Segment {
             id,
             path,
+            disk: disk.clone(),
             file,
             index: RwLock::new(index),
             closed: AtomicBool::new(closed),
@@ -158,7 +167,7 @@ impl Segment {
         self.index.read().clone()
     }
     pub(crate) fn disk_bytes(&self) -> u64 {
-        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+        self.file.len().unwrap_or(0)
     }
 
     /// Find the record with this SQN.
@@ -192,13 +201,18 @@ impl Segment {
 
     /// Mark closed and write the index file durably.
     pub(crate) fn close(&self, dir: &Path) -> Result<()> {
-        write_index(dir, self.id, &self.index.read())?;
+        write_index(&*self.disk, dir, self.id, &self.index.read())?;
         self.closed.store(true, Ordering::Release);
         Ok(())
     }
 }
 
-pub(crate) fn write_index(dir: &Path, id: u64, entries: &[IdxEntry]) -> Result<()> {
+pub(crate) fn write_index(
+    disk: &dyn Storage,
+    dir: &Path,
+    id: u64,
+    entries: &[IdxEntry],
+) -> Result<()> {
     let mut out = Vec::with_capacity(16 + entries.len() * 20 + 4);
     out.extend_from_slice(IDX_MAGIC);
     put_u32(&mut out, IDX_VERSION);
@@ -209,13 +223,13 @@ pub(crate) fn write_index(dir: &Path, id: u64, entries: &[IdxEntry]) -> Result<(
         put_u32(&mut out, e.len);
     }
     seal(&mut out, 0);
-    write_atomic(dir, &idx_path(dir, id), &out)
+    write_atomic(disk, dir, &idx_path(dir, id), &out)
 }
 
 /// Load an index file; `Ok(None)` when it is missing or damaged (the caller rebuilds it by scanning).
-pub(crate) fn load_index(dir: &Path, id: u64) -> Result<Option<Vec<IdxEntry>>> {
+pub(crate) fn load_index(disk: &dyn Storage, dir: &Path, id: u64) -> Result<Option<Vec<IdxEntry>>> {
     let path = idx_path(dir, id);
-    let buf = match std::fs::read(&path) {
+    let buf = match disk.read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
@@ -271,55 +285,98 @@ pub(crate) enum ScanEnd {
 
 /// Read a segment from the start, calling `on_record` for each valid record in order.
 /// Stops at the first damaged record and classifies it as a torn tail or corruption.
+/// Sequential reads through a 1 MiB window, for scans.
+struct WindowReader<'a> {
+    file: &'a dyn StorageFile,
+    pos: u64,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl WindowReader<'_> {
+    fn read_exact(&mut self, out: &mut [u8]) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < out.len() {
+            if self.at == self.buf.len() {
+                let want = (out.len() - done).max(1 << 20);
+                self.buf.resize(want, 0);
+                let n = self.file.read_at(&mut self.buf, self.pos)?;
+                if n == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "segment ends early",
+                    ));
+                }
+                self.buf.truncate(n);
+                self.pos += n as u64;
+                self.at = 0;
+            }
+            let n = (out.len() - done).min(self.buf.len() - self.at);
+            out[done..done + n].copy_from_slice(&self.buf[self.at..self.at + n]);
+            self.at += n;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// Read a segment from `start`, calling `on_record` for each valid record in order.
+/// Stops at the first damaged record and classifies it as a torn tail or corruption. An I/O error
+/// is returned as an error, never mistaken for damage.
 pub(crate) fn scan(
+    disk: &dyn Storage,
     path: &Path,
     start: u64,
     mut last_sqn: u64,
     mut on_record: impl FnMut(IdxEntry, &RecordView<'_>) -> Result<()>,
 ) -> Result<ScanEnd> {
     let max_record_bytes = MAX_RECORD_BYTES;
-    let file = File::open(path).ctx(|| format!("opening {}", path.display()))?;
-    let file_len = file
-        .metadata()
-        .ctx(|| format!("stat {}", path.display()))?
-        .len();
-    let mut rd = BufReader::with_capacity(1 << 20, &file);
-    rd.seek(SeekFrom::Start(start))
-        .ctx(|| format!("seeking in {}", path.display()))?;
+    let file = disk
+        .open(path, false)
+        .ctx(|| format!("opening {}", path.display()))?;
+    let file_len = file.len().ctx(|| format!("stat {}", path.display()))?;
+    let mut rd = WindowReader {
+        file: &*file,
+        pos: start,
+        buf: Vec::new(),
+        at: 0,
+    };
     let mut offset = start;
     let mut body = Vec::new();
     loop {
         if offset == file_len {
             return Ok(ScanEnd::Clean);
         }
-        let problem = (|| -> std::result::Result<(IdxEntry, Vec<u8>), String> {
+        let problem = (|| -> Result<std::result::Result<(IdxEntry, Vec<u8>), String>> {
             if file_len - offset < HEADER_BYTES as u64 {
-                return Err("partial record header".into());
+                return Ok(Err("partial record header".into()));
             }
             let mut hdr = [0u8; HEADER_BYTES];
-            rd.read_exact(&mut hdr).map_err(|e| e.to_string())?;
+            rd.read_exact(&mut hdr)
+                .ctx(|| format!("reading {}", path.display()))?;
             let (len, _crc) = record::header(&hdr);
             if len < MIN_BODY || len > max_record_bytes {
-                return Err(format!("implausible record length {len}"));
+                return Ok(Err(format!("implausible record length {len}")));
             }
             if file_len - offset - (HEADER_BYTES as u64) < len as u64 {
-                return Err(format!(
+                return Ok(Err(format!(
                     "record of {len} bytes runs past the end of the file"
-                ));
+                )));
             }
             body.resize(len, 0);
-            rd.read_exact(&mut body).map_err(|e| e.to_string())?;
+            rd.read_exact(&mut body)
+                .ctx(|| format!("reading {}", path.display()))?;
             let mut whole = hdr.to_vec();
             whole.extend_from_slice(&body);
-            Ok((
+            Ok(Ok((
                 IdxEntry {
                     sqn: 0,
                     offset,
                     len: (HEADER_BYTES + len) as u32,
                 },
                 whole,
-            ))
-        })();
+            )))
+        })()?;
         let reason = match problem {
             Ok((mut e, whole)) => match record::decode(&whole) {
                 Ok(view) if view.sqn > last_sqn => {
@@ -335,12 +392,12 @@ pub(crate) fn scan(
             Err(reason) => reason,
         };
         // Damaged record at `offset`: is anything valid after it?
-        return classify(&file, offset, file_len, last_sqn, max_record_bytes, reason);
+        return classify(&*file, offset, file_len, last_sqn, max_record_bytes, reason);
     }
 }
 
 fn classify(
-    file: &File,
+    file: &dyn StorageFile,
     bad: u64,
     file_len: u64,
     last_sqn: u64,

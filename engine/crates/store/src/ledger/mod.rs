@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, NUM_LEVELS};
 use crate::error::Result;
+use crate::storage::Disk;
 use sst::{Table, TableBuilder, TableMeta};
 use value::LedgerValue;
 
@@ -211,6 +212,7 @@ impl<V, I: Iterator<Item = Result<(Vec<u8>, V)>>> Iterator for MergeIter<V, I> {
 /// Run a merge: read the input tables, write output tables split at `sst_target_bytes`.
 /// `next_id` hands out file ids. Returns the new tables' metadata and the bytes written.
 pub(crate) fn run_merge(
+    disk: &Disk,
     dir: &Path,
     cfg: &Config,
     inputs_newest_first: &[Arc<Table>],
@@ -233,6 +235,7 @@ pub(crate) fn run_merge(
             }
             if builder.is_none() {
                 builder = Some(TableBuilder::create(
+                    disk,
                     dir,
                     next_id(),
                     cfg.sst_block_bytes,
@@ -263,7 +266,7 @@ pub(crate) fn run_merge(
             b.abandon();
         }
         for m in &outputs {
-            let _ = std::fs::remove_file(sst::sst_path(dir, m.id));
+            crate::fsutil::remove_quietly(&**disk, &sst::sst_path(dir, m.id));
         }
         return Err(e);
     }

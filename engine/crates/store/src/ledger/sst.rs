@@ -11,9 +11,7 @@
 //! Lengths include each block's trailing CRC. The index and bloom are loaded into memory when the
 //! table is opened; data blocks are read with one pread each and checked against their CRC.
 
-use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,6 +19,21 @@ use super::bloom::Bloom;
 use super::value::LedgerValue;
 use crate::codec::{put_bytes, put_u32, put_u64, seal, unseal, Reader};
 use crate::error::{Error, IoContext, Result};
+use crate::fsutil::remove_quietly;
+use crate::storage::{Disk, StorageFile};
+
+/// `io::Write` over a storage file's appends (for the builder's `BufWriter`).
+struct AppendWriter(Arc<dyn StorageFile>);
+
+impl Write for AppendWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.append(buf)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 const MAGIC: &[u8; 4] = b"LVST";
 const FOOTER_BYTES: usize = 48;
@@ -49,7 +62,8 @@ impl TableMeta {
 pub(crate) struct TableBuilder {
     id: u64,
     path: PathBuf,
-    out: BufWriter<File>,
+    disk: Disk,
+    out: BufWriter<AppendWriter>,
     offset: u64,
     block: Vec<u8>,
     block_last: Vec<u8>,
@@ -64,21 +78,21 @@ pub(crate) struct TableBuilder {
 
 impl TableBuilder {
     pub(crate) fn create(
+        disk: &Disk,
         dir: &Path,
         id: u64,
         block_target: usize,
         bits_per_key: u32,
     ) -> Result<Self> {
         let path = sst_path(dir, id);
-        let f = OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .open(&path)
+        let f = disk
+            .create_new(&path)
             .ctx(|| format!("creating SST {}", path.display()))?;
         Ok(TableBuilder {
             id,
             path,
-            out: BufWriter::with_capacity(256 << 10, f),
+            disk: disk.clone(),
+            out: BufWriter::with_capacity(256 << 10, AppendWriter(f)),
             offset: 0,
             block: Vec::with_capacity(block_target + 1024),
             block_last: Vec::new(),
@@ -142,7 +156,8 @@ impl TableBuilder {
         self.keys.is_empty()
     }
 
-    /// Write index, bloom and footer, fsync, and return the table's metadata.
+    /// Write index, bloom and footer, fsync the file (not its directory entry: the caller syncs
+    /// the directory once for all the tables it made), and return the table's metadata.
     pub(crate) fn finish(mut self) -> Result<TableMeta> {
         self.finish_block()?;
         let mut index = Vec::with_capacity(self.index.len() + 8);
@@ -175,7 +190,8 @@ impl TableBuilder {
             context: format!("flushing {}", path.display()),
             source: e.into_error(),
         })?;
-        file.sync_all()
+        file.0
+            .sync_data()
             .ctx(|| format!("syncing {}", path.display()))?;
         let size = bloom_off + bloom_buf.len() as u64 + FOOTER_BYTES as u64;
         Ok(TableMeta {
@@ -190,8 +206,9 @@ impl TableBuilder {
     /// Give up on this table and remove its file.
     pub(crate) fn abandon(self) {
         let path = self.path.clone();
+        let disk = self.disk.clone();
         drop(self);
-        let _ = std::fs::remove_file(path);
+        remove_quietly(&*disk, &path);
     }
 }
 
@@ -212,7 +229,8 @@ struct Loaded {
 pub(crate) struct Table {
     pub meta: TableMeta,
     pub path: PathBuf,
-    file: Option<File>,
+    disk: Disk,
+    file: Arc<dyn StorageFile>,
     loaded: std::result::Result<Loaded, String>,
     obsolete: std::sync::atomic::AtomicBool,
 }
@@ -220,37 +238,33 @@ pub(crate) struct Table {
 impl Drop for Table {
     fn drop(&mut self) {
         if self.obsolete.load(std::sync::atomic::Ordering::Acquire) {
-            if let Err(e) = std::fs::remove_file(&self.path) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    log::warn!("could not remove {}: {e}", self.path.display());
-                }
-            }
+            remove_quietly(&*self.disk, &self.path);
         }
     }
 }
 
 impl Table {
-    pub(crate) fn open(dir: &Path, meta: TableMeta) -> Result<Table> {
+    pub(crate) fn open(disk: &Disk, dir: &Path, meta: TableMeta) -> Result<Table> {
         let path = sst_path(dir, meta.id);
-        let file = File::open(&path).ctx(|| format!("opening SST {}", path.display()))?;
-        let loaded = Self::load(&file, &path).map_err(|e| {
+        let file = disk
+            .open(&path, false)
+            .ctx(|| format!("opening SST {}", path.display()))?;
+        let loaded = Self::load(&*file, &path).map_err(|e| {
             log::error!("SST {}: {e}", path.display());
             e.to_string()
         });
         Ok(Table {
             meta,
             path,
-            file: Some(file),
+            disk: disk.clone(),
+            file,
             loaded,
             obsolete: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    fn load(file: &File, path: &Path) -> Result<Loaded> {
-        let len = file
-            .metadata()
-            .ctx(|| format!("stat {}", path.display()))?
-            .len();
+    fn load(file: &dyn StorageFile, path: &Path) -> Result<Loaded> {
+        let len = file.len().ctx(|| format!("stat {}", path.display()))?;
         if len < FOOTER_BYTES as u64 {
             return Err(Error::Corruption(format!(
                 "SST {} is too short",
@@ -309,9 +323,8 @@ impl Table {
     }
 
     fn read_block(&self, h: &BlockHandle) -> Result<Vec<u8>> {
-        let file = self.file.as_ref().expect("open table has a file");
         let mut buf = vec![0u8; h.len as usize];
-        file.read_exact_at(&mut buf, h.offset).map_err(|e| {
+        self.file.read_exact_at(&mut buf, h.offset).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 Error::Corruption(format!(
                     "SST {}: block past end of file",
@@ -446,7 +459,8 @@ mod tests {
     }
 
     fn build(dir: &Path, n: u32) -> TableMeta {
-        let mut b = TableBuilder::create(dir, 1, 256, 10).unwrap();
+        let mut b =
+            TableBuilder::create(&crate::storage::RealStorage::shared(), dir, 1, 256, 10).unwrap();
         for i in 0..n {
             b.add(format!("k{i:06}").as_bytes(), &value(i as u64))
                 .unwrap();
@@ -461,7 +475,8 @@ mod tests {
         assert_eq!(meta.entries, 1000);
         assert_eq!(meta.smallest, b"k000000");
         assert_eq!(meta.largest, b"k000999");
-        let t = Arc::new(Table::open(d.path(), meta).unwrap());
+        let t =
+            Arc::new(Table::open(&crate::storage::RealStorage::shared(), d.path(), meta).unwrap());
         for i in (0..1000).step_by(7) {
             let v = t
                 .get(format!("k{i:06}").as_bytes())
@@ -490,7 +505,12 @@ mod tests {
             let mut b = orig.clone();
             b[pos] ^= 0x20;
             std::fs::write(&path, &b).unwrap();
-            let t = Table::open(d.path(), meta.clone()).unwrap();
+            let t = Table::open(
+                &crate::storage::RealStorage::shared(),
+                d.path(),
+                meta.clone(),
+            )
+            .unwrap();
             for i in (0..300).step_by(11) {
                 match t.get(format!("k{i:06}").as_bytes()) {
                     Ok(Some(v)) => assert_eq!(v.sqn, i as u64, "wrong value after flip at {pos}"),

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::aae;
 use crate::error::{Error, Result};
@@ -25,8 +25,17 @@ pub enum SnapshotKind {
     Fold,
 }
 
+/// Releases what one fold iterator pins (its view and table iterators) when the snapshot expires.
+type Release = Box<dyn Fn() + Send + Sync>;
+
+/// A fold iterator's pinned state, emptied by the snapshot's reaper at expiry.
+type Slot<T> = Arc<Mutex<Option<T>>>;
+
 pub(crate) struct SnapInner {
     view: RwLock<Option<View>>,
+    /// Fold iterators made from this snapshot: expiry empties their slots, so an iterator that is
+    /// kept but no longer read does not keep tables and obsolete segments on disk.
+    folds: Mutex<Vec<Release>>,
     expires_at: Instant,
     lifetime: Duration,
 }
@@ -35,9 +44,23 @@ impl SnapInner {
     pub(crate) fn new(view: View, lifetime: Duration) -> Arc<SnapInner> {
         Arc::new(SnapInner {
             view: RwLock::new(Some(view)),
+            folds: Mutex::new(Vec::new()),
             expires_at: Instant::now() + lifetime,
             lifetime,
         })
+    }
+
+    /// Register a fold iterator's state so expiry releases it.
+    fn slot<T: Send + 'static>(&self, state: T) -> Slot<T> {
+        let slot = Arc::new(Mutex::new(Some(state)));
+        let weak = Arc::downgrade(&slot);
+        let mut folds = self.folds.lock();
+        folds.push(Box::new(move || {
+            if let Some(s) = weak.upgrade() {
+                s.lock().take();
+            }
+        }));
+        slot
     }
 
     fn expired_error(&self) -> Error {
@@ -50,6 +73,9 @@ impl SnapInner {
     pub(crate) fn reap(&self) -> bool {
         if Instant::now() >= self.expires_at {
             self.view.write().take();
+            for release in std::mem::take(&mut *self.folds.lock()) {
+                release();
+            }
             true
         } else {
             false
@@ -350,8 +376,7 @@ impl Snapshot {
         let view = self.inner.view()?;
         let range = view.range(&lo, hi.as_deref())?;
         Ok(HeadFold {
-            range,
-            view,
+            state: self.inner.slot((range, view)),
             inner: self.inner.clone(),
             opts: opts.clone(),
             seen: 0,
@@ -371,8 +396,7 @@ impl Snapshot {
             },
         };
         Ok(ObjectFold {
-            source,
-            view,
+            state: self.inner.slot((source, view)),
             journal: self.journal.clone(),
             inner: self.inner.clone(),
             bucket: bucket.map(|b| b.to_vec()),
@@ -409,8 +433,7 @@ fn read_object(journal: &Journal, view: &View, lk: &[u8], v: &LedgerValue) -> Re
 
 /// Iterator returned by [`Snapshot::fold_heads`].
 pub struct HeadFold {
-    range: RangeIter,
-    view: View,
+    state: Slot<(RangeIter, View)>,
     inner: Arc<SnapInner>,
     opts: HeadFoldOptions,
     seen: usize,
@@ -423,10 +446,15 @@ impl Iterator for HeadFold {
             if self.opts.max_count.is_some_and(|m| self.seen >= m) {
                 return None;
             }
+            let mut slot = self.state.lock();
             if let Err(e) = self.inner.check() {
+                slot.take();
                 return Some(Err(e));
             }
-            let (lk, v) = match self.range.next()? {
+            let Some((range, view)) = slot.as_mut() else {
+                return Some(Err(self.inner.expired_error()));
+            };
+            let (lk, v) = match range.next()? {
                 Ok(x) => x,
                 Err(e) => return Some(Err(e)),
             };
@@ -446,8 +474,7 @@ impl Iterator for HeadFold {
                     continue;
                 }
             }
-            if self.opts.journal_check && !journal::Journal::contains_in(&self.view.segments, v.sqn)
-            {
+            if self.opts.journal_check && !journal::Journal::contains_in(&view.segments, v.sqn) {
                 log::warn!(
                     "fold: sqn {} of {:?}/{:?} is missing from the journal",
                     v.sqn,
@@ -477,8 +504,7 @@ enum ObjectSource {
 
 /// Iterator returned by [`Snapshot::fold_objects`].
 pub struct ObjectFold {
-    source: ObjectSource,
-    view: View,
+    state: Slot<(ObjectSource, View)>,
     journal: Arc<Journal>,
     inner: Arc<SnapInner>,
     bucket: Option<Vec<u8>>,
@@ -488,10 +514,15 @@ impl Iterator for ObjectFold {
     type Item = Result<FoldedObject>;
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            let mut slot = self.state.lock();
             if let Err(e) = self.inner.check() {
+                slot.take();
                 return Some(Err(e));
             }
-            match &mut self.source {
+            let Some((source, view)) = slot.as_mut() else {
+                return Some(Err(self.inner.expired_error()));
+            };
+            match source {
                 ObjectSource::Key(range) => {
                     let (lk, v) = match range.next()? {
                         Ok(x) => x,
@@ -501,15 +532,13 @@ impl Iterator for ObjectFold {
                         continue;
                     }
                     let (bucket, key) = keys::split_object_key(&lk)?;
-                    return Some(
-                        read_object(&self.journal, &self.view, &lk, &v).map(|object| {
-                            FoldedObject {
-                                bucket: bucket.to_vec(),
-                                key: key.to_vec(),
-                                object,
-                            }
-                        }),
-                    );
+                    return Some(read_object(&self.journal, view, &lk, &v).map(|object| {
+                        FoldedObject {
+                            bucket: bucket.to_vec(),
+                            key: key.to_vec(),
+                            object,
+                        }
+                    }));
                 }
                 ObjectSource::Journal {
                     segment,
@@ -517,11 +546,11 @@ impl Iterator for ObjectFold {
                     entries,
                 } => {
                     if *entry >= entries.len() {
-                        let seg = self.view.segments.get(*segment)?;
+                        let seg = view.segments.get(*segment)?;
                         *entries = seg
                             .entries()
                             .into_iter()
-                            .filter(|e| e.sqn <= self.view.fence)
+                            .filter(|e| e.sqn <= view.fence)
                             .collect();
                         *entry = 0;
                         *segment += 1;
@@ -529,7 +558,7 @@ impl Iterator for ObjectFold {
                     }
                     let e = entries[*entry];
                     *entry += 1;
-                    let seg = &self.view.segments[*segment - 1];
+                    let seg = &view.segments[*segment - 1];
                     let raw = match seg.read_raw(e) {
                         Ok(r) => r,
                         Err(err) => return Some(Err(err)),
@@ -545,7 +574,7 @@ impl Iterator for ObjectFold {
                         continue;
                     }
                     // Only the version the snapshot's ledger points to is live.
-                    match self.view.get(rec.ledger_key) {
+                    match view.get(rec.ledger_key) {
                         Ok(Some(v)) if v.sqn == rec.sqn && !v.tombstone => {
                             return Some(Ok(FoldedObject {
                                 bucket: bucket.to_vec(),

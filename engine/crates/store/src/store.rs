@@ -1,8 +1,13 @@
 //! `Store`: the public API, the write path with group commit, recovery, and the background worker
 //! that flushes memtables and merges ledger levels.
 //!
-//! Lock order (never take an earlier one while holding a later one):
-//! `write` → `mem` → `version` → `manifest` → `bg`; `sync` is only taken with nothing else held.
+//! Lock order: a thread holding a lock takes only locks to its right, never one to its left:
+//! `compaction_lock` → `write` → `journal_sync_gate` → `active_journal`;
+//! `write` → `aae`; `write` → `mem`; `write` → `manifest` → `version`;
+//! `bg` → `mem` and `bg` → `version` (stall and settle checks read them under `bg`);
+//! `snapshots` → a snapshot's view → its fold slots.
+//! `sync` and `bg` are leaves: each is held alone, never while taking the other or any lock above
+//! (`poison_journal` takes them one after the other). `mem` and `version` are never nested.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -199,6 +204,10 @@ struct Inner {
     /// without the write lock, so they never wait behind writers (or behind close, which holds
     /// that lock while it joins the worker).
     active_journal: Mutex<Arc<dyn StorageFile>>,
+    /// Held across every fdatasync of the active segment (group commit, background sync, flush,
+    /// roll, close) together with its poisoning decision, so no sync can succeed over bytes an
+    /// earlier failed sync dropped before the store is marked poisoned.
+    journal_sync_gate: Mutex<()>,
     aae: Option<Mutex<AaeState>>,
     compaction_lock: Mutex<()>,
     snapshots: Mutex<Vec<std::sync::Weak<SnapInner>>>,
@@ -412,7 +421,36 @@ impl Store {
                 ids.push(id);
             }
         }
-        let replay = |mem: &mut MemState, view: &RecordView<'_>| {
+        // Every segment that holds SQNs the ledger has not persisted must still be there: a missing
+        // one would silently drop acknowledged writes.
+        for s in m
+            .segments
+            .iter()
+            .filter(|s| !s.closed || s.last_sqn > persisted)
+        {
+            let present = disk.exists(&segment::seg_path(&journal_dir, s.id))
+                || disk.exists(&segment::cseg_path(&journal_dir, s.id));
+            if !present {
+                return Err(Error::Corruption(format!(
+                    "journal segment {} (SQNs {}..{}) is listed in the manifest but missing from {}; \
+                     the ledger has persisted only up to SQN {persisted}, so writes would be lost",
+                    s.id,
+                    s.first_sqn,
+                    s.last_sqn,
+                    journal_dir.display()
+                )));
+            }
+        }
+        // Replayed SQNs must follow the ledger's without a gap (nothing above `persisted` is ever
+        // compacted away): a gap means journal records are missing.
+        let mut empty_segments = Vec::new();
+        let mut next_replay = persisted + 1;
+        let mut gap: Option<(Sqn, Sqn)> = None;
+        let mut replay = |mem: &mut MemState, view: &RecordView<'_>| {
+            if view.sqn != next_replay && gap.is_none() {
+                gap = Some((next_replay, view.sqn));
+            }
+            next_replay = view.sqn + 1;
             apply(&mem.active, &Applied::from_record(view));
             if mem.active.bytes() >= cfg.memtable_bytes {
                 let full = std::mem::take(&mut mem.active);
@@ -466,6 +504,27 @@ impl Store {
                             )));
                         }
                     }
+                    // In the segment that was active (the manifest does not list it closed; a
+                    // compaction output may have a higher id), a record whose header was never written
+                    // (zeros) is writeback lost to a failed fdatasync or a power cut, even with
+                    // later records after it: a successful sync covering those would have made
+                    // this range durable too, so none of them was acknowledged as durable. Cut
+                    // the segment there. Any other damage is corruption.
+                    let end = match end {
+                        ScanEnd::Corrupt {
+                            offset,
+                            reason,
+                            next_valid,
+                        } if !listed_closed && segment::zero_header_at(&*disk, &path, offset)? => {
+                            log::warn!(
+                                "journal segment {}: never-written bytes at offset {offset} with records \
+                                 after them at {next_valid}: lost writeback, none of it acknowledged",
+                                path.display()
+                            );
+                            ScanEnd::TornTail { offset, reason }
+                        }
+                        other => other,
+                    };
                     match end {
                         ScanEnd::Clean => break,
                         ScanEnd::TornTail { offset, reason } => {
@@ -510,9 +569,15 @@ impl Store {
                 max_sqn = max_sqn.max(last);
                 segments.push(seg);
             } else {
-                remove_if_exists(&*disk, &seg.path)?;
-                remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
+                // Removed only once a manifest that no longer lists it is on disk.
+                empty_segments.push(id);
             }
+        }
+        if let Some((want, got)) = gap {
+            return Err(Error::Corruption(format!(
+                "journal records are missing: after the ledger's SQN {persisted} recovery expected \
+                 SQN {want} next but found {got} (a journal segment was lost or damaged)"
+            )));
         }
         // Compaction outputs carry new ids but old SQNs: order by SQN.
         segments.sort_by_key(|s| s.first_sqn());
@@ -536,6 +601,7 @@ impl Store {
             ledger_dir,
             journal,
             active_journal,
+            journal_sync_gate: Mutex::new(()),
             aae: (cfg.aae_segments > 0)
                 .then(|| Mutex::new(AaeState::new(cfg.aae_segments, cfg.aae_branch_width))),
             snapshots: Mutex::new(Vec::new()),
@@ -578,6 +644,10 @@ impl Store {
             cfg,
         });
         inner.write_manifest(Vec::new())?;
+        for id in empty_segments {
+            remove_if_exists(&*inner.disk, &segment::seg_path(&inner.journal.dir, id))?;
+            remove_if_exists(&*inner.disk, &segment::idx_path(&inner.journal.dir, id))?;
+        }
         if inner.aae.is_some() {
             inner.rebuild_aae(false)?;
         }
@@ -658,13 +728,16 @@ impl Store {
         keys::validate_key(key)?;
         i.c.gets.fetch_add(1, Ordering::Relaxed);
         let lk = keys::object_key(bucket, key);
+        // The segment list first: a journal compaction that drops the record after the ledger
+        // lookup below (because a newer write replaced it) cannot take it from this list.
+        let segments = i.journal.segments();
         let Some(lv) = i.lookup(&lk)? else {
             return Ok(None);
         };
         if lv.tombstone {
             return Ok(None);
         }
-        let rec = i.journal.read(lv.sqn, &lk)?;
+        let rec = i.journal.read_pinned(&segments, lv.sqn, &lk)?;
         if rec.value.len() != lv.value_size as usize || crc32c::crc32c(&rec.value) != lv.value_hash
         {
             return Err(Error::Corruption(format!(
@@ -749,25 +822,43 @@ impl Store {
             return Ok(());
         }
         // Stop scheduled compaction first: a run in progress needs the write lock to allocate ids.
+        // (Notified under `bg`, which a throttled compaction holds between its check and its wait.)
+        drop(i.bg.lock());
         i.bg_cv.notify_all();
         if let Some(h) = self.scheduler.lock().take() {
             let _ = h.join();
         }
+        // A compaction a caller started sees `closed` at its next record and stops; wait for it,
+        // so its swap and renames never run after the directory lock is released.
+        drop(i.compaction_lock.lock());
         // Writers still waiting for a group commit get `Closed`; the sync below makes their
         // records durable all the same.
         self.stop_syncer();
         let result = (|| -> Result<()> {
             let w = i.write.lock();
-            // The journal first, so the final memtable flush finds every record it persists durable.
-            let synced = JournalWriter::sync(&*w.journal.file);
+            // The journal first, so the final memtable flush finds every record it persists
+            // durable. A journal poisoned by a failed sync or roll is never synced again and the
+            // memtable is not flushed: the next open replays what the disk really holds.
+            let gate = i.journal_sync_gate.lock();
+            let failed = i.sync.lock().failed.clone();
+            let synced = match failed {
+                Some(f) => Err(Error::Poisoned(f)),
+                None => JournalWriter::sync(&*w.journal.file).map_err(|e| {
+                    i.poison_journal(format!("journal fdatasync at close failed: {e}"))
+                }),
+            };
+            drop(gate);
             if synced.is_ok() {
-                let mut s = i.sync.lock();
-                s.synced = s.synced.max(w.next_sqn - 1);
+                {
+                    let mut s = i.sync.lock();
+                    s.synced = s.synced.max(w.next_sqn - 1);
+                }
+                i.rotate_memtable();
             }
-            i.rotate_memtable();
             {
                 let mut bg = i.bg.lock();
                 bg.shutdown = true;
+                bg.abandon = synced.is_err();
                 i.bg_cv.notify_all();
             }
             if let Some(h) = self.worker.lock().take() {
@@ -1077,7 +1168,11 @@ impl Inner {
                     if let Some(rate) = self.cfg.compaction_bytes_per_sec.filter(|r| *r > 0) {
                         let due = Duration::from_secs_f64(moved as f64 / rate as f64);
                         if let Some(wait) = due.checked_sub(started.elapsed()) {
-                            std::thread::sleep(wait);
+                            // Woken by close, which waits for this run to stop.
+                            let mut bg = self.bg.lock();
+                            if !self.closed.load(Ordering::Acquire) {
+                                self.bg_cv.wait_for(&mut bg, wait);
+                            }
                         }
                     }
                 }
@@ -1222,6 +1317,12 @@ impl Inner {
             if let Some(e) = self.poisoned() {
                 return Err(Error::Poisoned(e));
             }
+            // Everything that can fail without side effects comes before the append: a write
+            // that returns an error must leave no record behind for a replay to resurrect.
+            let aae_delta = match &self.aae {
+                Some(_) => Some(self.aae_delta(bucket, key, &lk, kind, metadata)?),
+                None => None,
+            };
             let sqn = w.next_sqn;
             let mut buf = std::mem::take(&mut w.buf);
             buf.clear();
@@ -1249,8 +1350,10 @@ impl Inner {
                 value_len: value.len(),
                 value_hash,
             };
-            if let Some(aae) = &self.aae {
-                self.aae_update(aae, bucket, key, &lk, kind, metadata)?;
+            if let (Some(aae), Some((seg, delta))) = (&self.aae, aae_delta) {
+                if delta != 0 {
+                    aae.lock().xor(seg, delta);
+                }
             }
             apply(&self.mem.read().active, &applied);
             self.last_sqn.store(sqn, Ordering::Release);
@@ -1272,7 +1375,13 @@ impl Inner {
                 let id = w.next_segment_id;
                 // The write itself is in; a failed roll leaves the old segment active.
                 let t = Instant::now();
-                let rolled = w.journal.roll(&self.disk, &self.journal.dir, id);
+                let rolled = {
+                    let _gate = self.journal_sync_gate.lock();
+                    match self.sync.lock().failed.clone() {
+                        Some(f) => Err(Error::Poisoned(f)),
+                        None => w.journal.roll(&self.disk, &self.journal.dir, id),
+                    }
+                };
                 let n = t.elapsed().as_nanos() as u64;
                 self.c.roll_nanos.fetch_add(n, Ordering::Relaxed);
                 self.c.max_roll_nanos.fetch_max(n, Ordering::Relaxed);
@@ -1290,7 +1399,11 @@ impl Inner {
                             log::error!("writing the manifest after a journal roll: {e}");
                         }
                     }
-                    Err(e) => log::error!("rolling the journal segment: {e}"),
+                    // The old segment may be closed with a stale index, or its tail not durable:
+                    // no later write may go anywhere until a reopen recovers from the disk.
+                    Err(e) => {
+                        self.poison_journal(format!("rolling the journal segment failed: {e}"));
+                    }
                 }
             }
             if self.cfg.sync_on_write == SyncMode::None && self.cfg.journal_bytes_per_sync > 0 {
@@ -1388,18 +1501,11 @@ impl Inner {
                 return;
             }
             drop(s);
+            // A failure poisons the store inside `sync_active_journal`.
             let r = self.sync_active_journal();
             s = self.sync.lock();
-            match r {
-                Ok(target) => s.synced = s.synced.max(target),
-                Err(e) => {
-                    log::error!("{e}");
-                    s.failed = Some(e.to_string());
-                    self.bg
-                        .lock()
-                        .error
-                        .get_or_insert_with(|| format!("journal fdatasync failed: {e}"));
-                }
+            if let Ok(target) = r {
+                s.synced = s.synced.max(target);
             }
             self.sync_cv.notify_all();
             if s.failed.is_some() {
@@ -1408,17 +1514,17 @@ impl Inner {
         }
     }
 
-    /// XOR the old object's leaf hash out of the AAE tree and the new one in. Caller holds the
-    /// write lock, so the ledger's current value is the one this write replaces.
-    fn aae_update(
+    /// The AAE segment of (bucket, key) and what XORing the old object's leaf hash out and the new
+    /// one in changes there. Caller holds the write lock, so the ledger's current value is the one
+    /// this write replaces; the caller applies it once the write is in.
+    fn aae_delta(
         &self,
-        aae: &Mutex<AaeState>,
         bucket: &[u8],
         key: &[u8],
         lk: &[u8],
         kind: Kind,
         metadata: &[u8],
-    ) -> Result<()> {
+    ) -> Result<(u32, u32)> {
         let old = self.lookup(lk)?;
         let mut delta = 0u32;
         if let Some(old) = old.filter(|v| !v.tombstone) {
@@ -1427,12 +1533,8 @@ impl Inner {
         if kind == Kind::Put {
             delta ^= aae::leaf_hash(bucket, key, metadata);
         }
-        if delta != 0 {
-            let mut a = aae.lock();
-            let seg = aae::segment_of(bucket, key, a.segments());
-            a.xor(seg, delta);
-        }
-        Ok(())
+        let segments = self.aae.as_ref().map_or(1, |a| a.lock().segments());
+        Ok((aae::segment_of(bucket, key, segments), delta))
     }
 
     /// Rebuild the AAE tree from a snapshot fold of heads while writes continue: writes after the
@@ -1686,12 +1788,33 @@ impl Inner {
         Ok(true)
     }
 
+    /// A journal fdatasync or segment roll failed. The kernel may have dropped the dirty pages, and
+    /// a later fdatasync of the same file can succeed without them (fsyncgate), so nothing appended
+    /// since the last good sync can ever be called durable: the store is poisoned. Every later call
+    /// gets `Error::Poisoned`; a reopen recovers from what the disk really holds.
+    fn poison_journal(&self, what: String) -> Error {
+        log::error!("{what}; the store refuses writes until reopened");
+        {
+            let mut s = self.sync.lock();
+            s.failed.get_or_insert_with(|| what.clone());
+            self.sync_cv.notify_all();
+        }
+        self.bg.lock().error.get_or_insert_with(|| what.clone());
+        Error::Poisoned(what)
+    }
+
     /// Make every journal record up to `sqn` durable: nothing to do when a group commit, the
     /// background syncer or a roll already covered it; otherwise one fdatasync of the active
     /// segment (closed segments were synced when they rolled).
     fn journal_durable_through(&self, sqn: Sqn) -> Result<()> {
-        if self.sync.lock().synced >= sqn {
-            return Ok(());
+        {
+            let s = self.sync.lock();
+            if let Some(f) = &s.failed {
+                return Err(Error::Poisoned(f.clone()));
+            }
+            if s.synced >= sqn {
+                return Ok(());
+            }
         }
         // Records up to `sqn` were appended before their memtable was frozen: sqn <= last_sqn.
         let target = self.sync_active_journal()?;
@@ -1705,10 +1828,16 @@ impl Inner {
     /// every record up to `last_sqn` (read first) was appended before that store, so it is in a
     /// closed segment (synced by its roll) or in the file active when we look next.
     fn sync_active_journal(&self) -> Result<Sqn> {
+        let _gate = self.journal_sync_gate.lock();
+        if let Some(f) = &self.sync.lock().failed {
+            return Err(Error::Poisoned(f.clone()));
+        }
         let target = self.last_sqn.load(Ordering::Acquire);
         let file = self.active_journal.lock().clone();
         let t = Instant::now();
-        JournalWriter::sync(&*file)?;
+        if let Err(e) = JournalWriter::sync(&*file) {
+            return Err(self.poison_journal(format!("journal fdatasync failed: {e}")));
+        }
         self.c
             .fsync_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);

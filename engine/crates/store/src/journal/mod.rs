@@ -61,6 +61,20 @@ impl Journal {
         self.read_in(&segs, sqn, ledger_key)
     }
 
+    /// Read the record with `sqn` from `pinned` (a segment list taken before the ledger lookup that
+    /// produced `sqn`), or from the live list when it was appended to a segment that rolled in since.
+    pub(crate) fn read_pinned(
+        &self,
+        pinned: &[Arc<Segment>],
+        sqn: u64,
+        ledger_key: &[u8],
+    ) -> Result<OwnedRecord> {
+        if find(pinned, sqn).is_some() {
+            return self.read_in(pinned, sqn, ledger_key);
+        }
+        self.read(sqn, ledger_key)
+    }
+
     /// Read the record with `sqn` from `segs` (a snapshot's segment list), verifying its checksum and
     /// that it is the record asked for.
     pub(crate) fn read_in(

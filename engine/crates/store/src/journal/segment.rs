@@ -268,6 +268,22 @@ pub(crate) fn load_index(disk: &dyn Storage, dir: &Path, id: u64) -> Result<Opti
     }
 }
 
+/// Whether the record header at `offset` is all zeros: bytes that were never written back.
+pub(crate) fn zero_header_at(disk: &dyn Storage, path: &Path, offset: u64) -> Result<bool> {
+    let f = disk
+        .open(path, false)
+        .ctx(|| format!("opening {}", path.display()))?;
+    let mut hdr = [0u8; HEADER_BYTES];
+    match f.read_exact_at(&mut hdr, offset) {
+        Ok(()) => Ok(hdr.iter().all(|b| *b == 0)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(Error::Io {
+            context: format!("reading {}", path.display()),
+            source: e,
+        }),
+    }
+}
+
 /// How a scan of a segment ended.
 #[derive(Debug)]
 pub(crate) enum ScanEnd {

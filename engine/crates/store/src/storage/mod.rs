@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use sim::{FaultKind, FaultPlan, SimDisk, SimOp};
+pub use sim::{FaultKind, FaultPlan, SimDisk, SimHook, SimOp};
 
 /// An open file. Reads are positional; writes only append (the engine never overwrites bytes).
 pub trait StorageFile: Send + Sync {

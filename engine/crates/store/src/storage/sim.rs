@@ -92,9 +92,13 @@ struct Namespace {
     locks: HashSet<PathBuf>,
 }
 
+/// Called with every operation before it runs (tests use it to pause a thread inside an I/O call).
+pub type SimHook = Arc<dyn Fn(SimOp) + Send + Sync>;
+
 struct Shared {
     ns: Mutex<Namespace>,
     plan: Mutex<FaultPlan>,
+    hook: Mutex<Option<SimHook>>,
     ops: AtomicU64,
     injected: AtomicU64,
     dead: std::sync::atomic::AtomicBool,
@@ -160,6 +164,7 @@ impl SimDisk {
                     locks: HashSet::new(),
                 }),
                 plan: Mutex::new(FaultPlan::default()),
+                hook: Mutex::new(None),
                 ops: AtomicU64::new(0),
                 injected: AtomicU64::new(0),
                 dead: std::sync::atomic::AtomicBool::new(false),
@@ -175,6 +180,11 @@ impl SimDisk {
     /// Replace the fault plan. Operation numbers count from the disk's creation (see `ops`).
     pub fn set_plan(&self, plan: FaultPlan) {
         *self.s.plan.lock() = plan;
+    }
+
+    /// Install (or remove) a hook called before every operation, on the calling thread.
+    pub fn set_hook(&self, hook: Option<SimHook>) {
+        *self.s.hook.lock() = hook;
     }
 
     /// Operations performed so far.
@@ -242,6 +252,7 @@ impl SimDisk {
                     locks: HashSet::new(),
                 }),
                 plan: Mutex::new(FaultPlan::default()),
+                hook: Mutex::new(None),
                 ops: AtomicU64::new(0),
                 injected: AtomicU64::new(0),
                 dead: std::sync::atomic::AtomicBool::new(false),
@@ -285,6 +296,10 @@ impl SimDisk {
 
     /// Count one operation and decide whether it fails.
     fn step(&self, op: SimOp) -> io::Result<()> {
+        let hook = self.s.hook.lock().clone();
+        if let Some(h) = hook {
+            h(op);
+        }
         let n = self.s.ops.fetch_add(1, Ordering::SeqCst);
         if self.is_dead() {
             return Err(io::Error::other(format!(

@@ -169,21 +169,19 @@ pub fn step(
         89..=93 => {
             // A snapshot sees exactly the acknowledged state.
             let snap = store.snapshot(SnapshotKind::Query)?;
-            let cur = hist.current();
             for _ in 0..3 {
                 let key = rng.gen_range(0..KEYS);
                 let got = snap.get(BUCKET, &key_bytes(key))?;
-                check_key(key, got.map(|o| (o.value, o.metadata)), cur.get(&key))
-                    .map_err(|m| panic!("snapshot read: {m}"))
-                    .ok();
+                if let Err(m) = check_key(hist, key, got.map(|o| (o.value, o.metadata))) {
+                    panic!("snapshot read: {m}");
+                }
             }
             Ok(())
         }
         _ => {
             let key = rng.gen_range(0..KEYS);
             let got = store.get(BUCKET, &key_bytes(key))?;
-            let cur = hist.current();
-            if let Err(m) = check_key(key, got.map(|o| (o.value, o.metadata)), cur.get(&key)) {
+            if let Err(m) = check_key(hist, key, got.map(|o| (o.value, o.metadata))) {
                 panic!("live read: {m}");
             }
             Ok(())
@@ -191,20 +189,40 @@ pub fn step(
     }
 }
 
-fn check_key(
-    key: u32,
-    got: Option<(Vec<u8>, Vec<u8>)>,
-    want: Option<&(Vec<u8>, Vec<u8>, i64)>,
-) -> Result<(), String> {
-    match (got, want) {
-        (None, None) => Ok(()),
-        (Some((v, m)), Some((wv, wm, _))) if &v == wv && &m == wm => Ok(()),
-        (got, want) => Err(format!(
-            "key {key}: store has {:?}, expected {:?}",
-            got.map(|(v, m)| (v.len(), String::from_utf8_lossy(&m).into_owned())),
-            want.map(|(v, m, _)| (v.len(), String::from_utf8_lossy(m).into_owned()))
-        )),
+type Obj = Option<(Vec<u8>, Vec<u8>)>;
+
+/// What a read of `key` may return: the last acknowledged write to it (or nothing if none), or a
+/// failed write after that one (it may have been applied before the error).
+fn allowed(hist: &History, key: u32) -> Vec<Obj> {
+    let as_obj = |w: &Write| match w {
+        Write::Put {
+            value, metadata, ..
+        } => Some((value.clone(), metadata.clone())),
+        Write::Delete { .. } => None,
+    };
+    let writes: Vec<&(Write, bool)> = hist.writes.iter().filter(|(w, _)| w.key() == key).collect();
+    let last_ack = writes.iter().rposition(|(_, ok)| *ok);
+    let mut out = vec![last_ack.and_then(|i| as_obj(&writes[i].0))];
+    let after = last_ack.map_or(0, |i| i + 1);
+    out.extend(writes[after..].iter().map(|(w, _)| as_obj(w)));
+    out
+}
+
+fn describe(o: &Obj) -> Option<(usize, String)> {
+    o.as_ref()
+        .map(|(v, m)| (v.len(), String::from_utf8_lossy(m).into_owned()))
+}
+
+fn check_key(hist: &History, key: u32, got: Obj) -> Result<(), String> {
+    let ok = allowed(hist, key);
+    if ok.contains(&got) {
+        return Ok(());
     }
+    Err(format!(
+        "key {key}: store has {:?}; allowed {:?}",
+        describe(&got),
+        ok.iter().map(describe).collect::<Vec<_>>()
+    ))
 }
 
 /// Everything the store holds for the model's keyspace: objects and index entries.
@@ -297,50 +315,13 @@ pub fn check_prefix(store: &Store, hist: &History, floor: usize) -> Result<usize
     }
 }
 
-/// After I/O faults without a power cut: every acknowledged write is there unless a later write to
-/// the same key (acknowledged, or failed and so possibly applied) replaced it; a failed write may
-/// be present or absent. Nothing else may appear.
+/// After I/O faults: every acknowledged write is there unless a later write to the same key
+/// (acknowledged, or failed and so possibly applied) replaced it; a failed write may be present or
+/// absent. Nothing else may appear.
 pub fn check_acknowledged(store: &Store, hist: &History) -> Result<(), String> {
     let (objects, _) = read_all(store).map_err(|e| format!("reading back: {e}"))?;
     for k in 0..KEYS {
-        let writes: Vec<&(Write, bool)> =
-            hist.writes.iter().filter(|(w, _)| w.key() == k).collect();
-        let last_ack = writes.iter().rposition(|(_, ok)| *ok);
-        let mut allowed: Vec<Option<(Vec<u8>, Vec<u8>)>> = Vec::new();
-        let as_obj = |w: &Write| match w {
-            Write::Put {
-                value, metadata, ..
-            } => Some((value.clone(), metadata.clone())),
-            Write::Delete { .. } => None,
-        };
-        match last_ack {
-            Some(i) => allowed.push(as_obj(&writes[i].0)),
-            None => {
-                allowed.push(None);
-                // A failed write with nothing acknowledged after it may have been applied.
-                for (w, _) in &writes {
-                    allowed.push(as_obj(w));
-                }
-            }
-        }
-        if let Some(i) = last_ack {
-            for (w, _) in &writes[i + 1..] {
-                allowed.push(as_obj(w));
-            }
-        }
-        let got = objects.get(&k).cloned();
-        if !allowed.contains(&got) {
-            return Err(format!(
-                "key {k}: store has {:?}; allowed {:?}",
-                got.map(|(v, m)| (v.len(), String::from_utf8_lossy(&m).into_owned())),
-                allowed
-                    .iter()
-                    .map(|a| a
-                        .as_ref()
-                        .map(|(v, m)| (v.len(), String::from_utf8_lossy(m).into_owned())))
-                    .collect::<Vec<_>>()
-            ));
-        }
+        check_key(hist, k, objects.get(&k).cloned())?;
     }
     Ok(())
 }

@@ -39,7 +39,7 @@ fmt:
 	cd $(ENGINE) && $(CARGO) fmt --all
 
 ## test: the README's test command; CI runs exactly this on a clean clone
-test: lint engine-test operator-test terraform-test image-test
+test: lint engine-test operator-test terraform-test image-test chart-test
 	@echo "make test: all suites passed"
 
 engine-test: deps
@@ -85,3 +85,5 @@ clean:
 include bench.mk
 # levee container image: image, image-test (static musl binary, OCI archive, private containerd)
 include image.mk
+# Helm chart of the operator: chart-test, helm (charts/levee-operator)
+include charts.mk

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # image-test: prove the levee image archive is importable and runs, without Docker.
-#   image/test.sh ARCHIVE IMAGE_REF
+#   image/test.sh ARCHIVE IMAGE_REF [OPERATOR_ARCHIVE OPERATOR_REF]
 # Starts a private containerd (own root, state and socket under a temp dir, CRI plugin disabled),
 # `ctr -n k8s.io images import`s the archive, checks `ctr images ls`, then runs the image with runc:
 #   1. `levee --version` (command override);
 #   2. the image's default command (`levee serve`: gRPC :8087, metrics :8098, data under
 #      /var/lib/levee/data) in its own network namespace, as uid 65532; from inside the container
 #      (`ctr task exec`) the levee CLI puts, gets and reads the status; /readyz answers 200;
-#      SIGTERM stops it with exit 0 after flushing the stores.
+#      SIGTERM stops it with exit 0 after flushing the stores;
+#   3. with OPERATOR_ARCHIVE: imports the operator image and runs its entrypoint (`/manager --help`,
+#      which needs no API server) and checks it lists its flags.
 # Everything (containerd, shims, containers, mounts, the temp dir) is torn down on exit.
 # Needs root; installs the Debian packages containerd and runc when missing.
 set -euo pipefail
 
 archive=${1:?usage: image/test.sh ARCHIVE IMAGE_REF}
 ref=${2:?usage: image/test.sh ARCHIVE IMAGE_REF}
+op_archive=${3:-}
+op_ref=${4:-}
 ns=k8s.io
 name=levee-image-test-$$
 
@@ -22,6 +26,10 @@ fail() { printf 'image-test: FAIL: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || fail "needs root (containerd and runc)"
 [ -f "$archive" ] || fail "no archive $archive (run make image)"
+if [ -n "$op_archive" ]; then
+  [ -n "$op_ref" ] || fail "usage: image/test.sh ARCHIVE IMAGE_REF [OPERATOR_ARCHIVE OPERATOR_REF]"
+  [ -f "$op_archive" ] || fail "no archive $op_archive (run make image)"
+fi
 
 missing=""
 for p in containerd runc; do
@@ -143,3 +151,15 @@ run_pid=""
 grep -q 'stores flushed and closed' "$tmp/serve.err" || fail "no clean shutdown in the log"
 say "SIGTERM: exit 0, stores flushed and closed"
 say "OK: $archive imports and runs"
+
+if [ -n "$op_archive" ]; then
+  ctr images import "$op_archive"
+  ctr images ls -q | grep -qx "$op_ref" || fail "$op_ref not listed by ctr images ls"
+  # The image's entrypoint with --help: Go's flag package prints the flags and exits 0.
+  help=$(ctr run --rm "$op_ref" "$name-op" /manager --help 2>&1) || fail "/manager --help failed: $help"
+  for f in -leader-elect -metrics-bind-address -metrics-secure -health-probe-bind-address; do
+    grep -q -- "$f" <<<"$help" || fail "/manager --help does not list $f:"$'\n'"$help"
+  done
+  say "operator image: /manager --help lists its flags"
+  say "OK: $op_archive imports and runs"
+fi

@@ -1,7 +1,8 @@
-// mkimage writes the levee container image as an OCI image-layout archive, without a container
-// engine: an empty base plus one layer holding the static `levee` binary, a non-root user and the
-// directories the node writes to. `make image` (image.mk) runs it; `ctr images import` loads the
-// archive.
+// mkimage writes a levee container image as an OCI image-layout archive, without a container
+// engine: an empty base plus one layer holding one static binary, a non-root user and (for the
+// node) the directories the node writes to. `make image` (image.mk) runs it twice: the node image
+// (the defaults below) and the operator image (-path /manager -cmd "" -data-dir "" ...);
+// `ctr images import` loads the archive.
 //
 // The layer and config are deterministic: every timestamp is -created (the commit time), so the
 // same binary gives the same image digest.
@@ -39,23 +40,67 @@ func main() {
 	revision := flag.String("revision", "", "org.opencontainers.image.revision (git commit)")
 	source := flag.String("source", "", "org.opencontainers.image.source")
 	created := flag.Int64("created", 0, "creation time, Unix seconds (all timestamps in the image)")
+	var sp spec
+	flag.StringVar(&sp.path, "path", "/usr/local/bin/levee", "absolute path of the binary in the image; also the entrypoint")
+	flag.StringVar(&sp.cmd, "cmd", "serve", "default arguments (comma-separated; empty: none)")
+	flag.StringVar(&sp.title, "title", "levee", "org.opencontainers.image.title")
+	flag.StringVar(&sp.description, "description", "levee key-value node (gRPC) and its CLI", "org.opencontainers.image.description")
+	flag.StringVar(&sp.ports, "ports", "8087/tcp,8098/tcp", "exposed ports (comma-separated; empty: none)")
+	flag.StringVar(&sp.dataDir, "data-dir", "/var/lib/levee", "directory owned by the non-root user and declared a volume (empty: none)")
 	flag.Parse()
 	if *binary == "" || *out == "" {
-		fmt.Fprintln(os.Stderr, "usage: mkimage -binary FILE -out FILE.tar [-tags a,b] [-version V] [-revision SHA] [-created UNIX]")
+		fmt.Fprintln(os.Stderr, "usage: mkimage -binary FILE -out FILE.tar [-tags a,b] [-version V] [-revision SHA] [-created UNIX] [-path /usr/local/bin/levee] [-cmd serve] [-title T] [-description D] [-ports 8087/tcp] [-data-dir DIR]")
 		os.Exit(2)
 	}
-	if err := run(*binary, *out, *repo, strings.Split(*tags, ","), *version, *revision, *source, time.Unix(*created, 0).UTC()); err != nil {
+	if err := sp.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(*binary, *out, *repo, strings.Split(*tags, ","), *version, *revision, *source, time.Unix(*created, 0).UTC(), sp); err != nil {
 		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(binary, out, repo string, tags []string, version, revision, source string, created time.Time) error {
+// spec is what differs between the images mkimage builds.
+type spec struct {
+	path, cmd, title, description, ports, dataDir string
+}
+
+func (s spec) check() error {
+	for name, p := range map[string]string{"-path": s.path, "-data-dir": s.dataDir} {
+		if p == "" && name == "-data-dir" {
+			continue
+		}
+		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+			return fmt.Errorf("%s %q must be a clean absolute path such as /usr/local/bin/levee", name, p)
+		}
+	}
+	for _, p := range list(s.ports) {
+		if !strings.HasSuffix(p, "/tcp") && !strings.HasSuffix(p, "/udp") {
+			return fmt.Errorf("-ports: %q must look like 8087/tcp", p)
+		}
+	}
+	return nil
+}
+
+// list splits a comma-separated flag value, dropping empty items.
+func list(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func run(binary, out, repo string, tags []string, version, revision, source string, created time.Time, sp spec) error {
 	bin, err := os.ReadFile(binary)
 	if err != nil {
 		return err
 	}
-	layerTar, err := rootfs(bin, created)
+	layerTar, err := rootfs(bin, created, sp)
 	if err != nil {
 		return err
 	}
@@ -70,7 +115,7 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 		Layer: layer,
 		History: v1.History{
 			Created:   v1.Time{Time: created},
-			CreatedBy: "mkimage: /usr/local/bin/levee (static, musl) and the nonroot user",
+			CreatedBy: createdBy(sp),
 			Comment:   "make image",
 		},
 	})
@@ -85,8 +130,8 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 	cf.Architecture, cf.OS = "amd64", "linux"
 	cf.Created = v1.Time{Time: created}
 	labels := map[string]string{
-		"org.opencontainers.image.title":       "levee",
-		"org.opencontainers.image.description": "levee key-value node (gRPC) and its CLI",
+		"org.opencontainers.image.title":       sp.title,
+		"org.opencontainers.image.description": sp.description,
 		"org.opencontainers.image.licenses":    "Apache-2.0",
 		"org.opencontainers.image.version":     version,
 		"org.opencontainers.image.revision":    revision,
@@ -96,18 +141,25 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 		labels["org.opencontainers.image.source"] = source
 	}
 	cf.Config = v1.Config{
-		// `levee` alone is the CLI (the operator's CronJobs run `levee admin ...`); the default
-		// command serves with the built-in defaults: gRPC :8087, metrics :8098, data under
-		// /var/lib/levee/data.
-		Entrypoint:   []string{"/usr/local/bin/levee"},
-		Cmd:          []string{"serve"},
-		Env:          []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
-		User:         fmt.Sprintf("%d:%d", uid, uid),
-		WorkingDir:   "/",
-		ExposedPorts: map[string]struct{}{"8087/tcp": {}, "8098/tcp": {}},
-		Volumes:      map[string]struct{}{"/var/lib/levee": {}},
-		Labels:       labels,
-		StopSignal:   "SIGTERM",
+		// Node image: `levee` alone is the CLI (the operator's maintenance Jobs run `levee admin
+		// ...`); the default command serves with the built-in defaults: gRPC :8087, metrics
+		// :8098, data under /var/lib/levee/data. Operator image: /manager and its flags.
+		Entrypoint: []string{sp.path},
+		Cmd:        list(sp.cmd),
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		User:       fmt.Sprintf("%d:%d", uid, uid),
+		WorkingDir: "/",
+		Labels:     labels,
+		StopSignal: "SIGTERM",
+	}
+	if ports := list(sp.ports); len(ports) > 0 {
+		cf.Config.ExposedPorts = map[string]struct{}{}
+		for _, p := range ports {
+			cf.Config.ExposedPorts[p] = struct{}{}
+		}
+	}
+	if sp.dataDir != "" {
+		cf.Config.Volumes = map[string]struct{}{sp.dataDir: {}}
 	}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
@@ -164,9 +216,27 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n) }
 
-// rootfs is the single layer: the binary, passwd/group naming the nonroot user, /tmp, and
-// /var/lib/levee owned by that user (the node's data directory is /var/lib/levee/data).
-func rootfs(bin []byte, mtime time.Time) ([]byte, error) {
+func createdBy(sp spec) string {
+	if sp.path == "/usr/local/bin/levee" {
+		return "mkimage: /usr/local/bin/levee (static, musl) and the nonroot user" // as before: same digest
+	}
+	return "mkimage: " + sp.path + " (static) and the nonroot user"
+}
+
+// parents lists the directories leading to p, outermost first, without slashes: /a/b/c -> a, a/b.
+func parents(p string) []string {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	var out []string
+	for i := 1; i < len(parts); i++ {
+		out = append(out, strings.Join(parts[:i], "/"))
+	}
+	return out
+}
+
+// rootfs is the single layer: passwd/group naming the nonroot user, /tmp, the binary at sp.path
+// (with its parent directories), and sp.dataDir owned by that user (the node's data directory is
+// /var/lib/levee/data). Directories already written (/etc, /tmp) are not written twice.
+func rootfs(bin []byte, mtime time.Time, sp spec) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(name string, mode int64, owner int) error {
@@ -189,13 +259,21 @@ func rootfs(bin []byte, mtime time.Time) ([]byte, error) {
 		},
 		func() error { return file("etc/group", 0o644, []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid))) },
 		func() error { return dir("tmp", 0o1777, 0) },
-		func() error { return dir("usr", 0o755, 0) },
-		func() error { return dir("usr/local", 0o755, 0) },
-		func() error { return dir("usr/local/bin", 0o755, 0) },
-		func() error { return file("usr/local/bin/levee", 0o755, bin) },
-		func() error { return dir("var", 0o755, 0) },
-		func() error { return dir("var/lib", 0o755, 0) },
-		func() error { return dir("var/lib/levee", 0o750, uid) },
+	}
+	written := map[string]bool{"etc": true, "tmp": true}
+	mkdirs := func(names []string) {
+		for _, d := range names {
+			if !written[d] {
+				written[d] = true
+				steps = append(steps, func() error { return dir(d, 0o755, 0) })
+			}
+		}
+	}
+	mkdirs(parents(sp.path))
+	steps = append(steps, func() error { return file(strings.TrimPrefix(sp.path, "/"), 0o755, bin) })
+	if sp.dataDir != "" {
+		mkdirs(parents(sp.dataDir))
+		steps = append(steps, func() error { return dir(strings.TrimPrefix(sp.dataDir, "/"), 0o750, uid) })
 	}
 	for _, s := range steps {
 		if err := s(); err != nil {

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
@@ -20,8 +21,10 @@ import (
 
 func main() {
 	var metricsAddr, probeAddr string
-	var leaderElect bool
+	var leaderElect, metricsSecure bool
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the operator's own /metrics endpoint (0 disables)")
+	flag.BoolVar(&metricsSecure, "metrics-secure", false,
+		"serve /metrics over HTTPS (self-signed certificate) to callers whose token may `get` the non-resource URL /metrics (TokenReview + SubjectAccessReview)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "enable leader election (run more than one replica)")
 	opts := zap.Options{}
@@ -37,10 +40,11 @@ func main() {
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "operator.kv.levee.io",
+		Cache:                  controller.CacheOptions(),
 	})
 	if err != nil {
 		log.Error(err, "cannot create manager")
@@ -59,4 +63,14 @@ func main() {
 		log.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// metricsOptions: plain HTTP, or HTTPS with authentication and authorization of every scrape.
+func metricsOptions(addr string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr}
+	if secure {
+		o.SecureServing = true
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

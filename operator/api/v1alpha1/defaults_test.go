@@ -19,7 +19,7 @@ func TestSetDefaultsKeepsUserValues(t *testing.T) {
 			s := c.Spec
 			if s.Replicas != 3 || s.RingSize != 64 || s.NVal != 3 || s.Image != "levee:dev" || s.ImagePullPolicy != "IfNotPresent" ||
 				s.Storage.Profile != StorageNVMe || s.Storage.Size.String() != "100Gi" || *s.Compaction.WindowEndHour != 6 ||
-				*s.Compaction.RunsPerDay != 4 || s.AntiEntropy.RebuildSchedule != "0 3 * * 0" || !*s.Monitoring.ServiceMonitor ||
+				*s.Compaction.RunsPerDay != 4 || s.AntiEntropy.RebuildSchedule != "0 7 * * 0" || !*s.Monitoring.ServiceMonitor ||
 				s.Autoscaling != nil {
 				t.Errorf("defaults = %+v", s)
 			}

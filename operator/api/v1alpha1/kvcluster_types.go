@@ -32,9 +32,12 @@ const (
 	DefaultSingleFilePercent   int32 = 25
 	DefaultMaxRunPercent       int32 = 75
 	DefaultMaxRunLength        int32 = 4
-	DefaultRebuildSchedule           = "0 3 * * 0"
-	DefaultCPUTarget           int32 = 70
-	DefaultDiskBusyTarget      int32 = 80
+	// DefaultRebuildSchedule: Sundays 07:00, an hour after the default compaction window
+	// (00:00–06:00) has closed, so the default AAE rebuild never starts in a minute a default
+	// compaction run starts in (and the operator's gate queues one behind the other anyway).
+	DefaultRebuildSchedule       = "0 7 * * 0"
+	DefaultCPUTarget       int32 = 70
+	DefaultDiskBusyTarget  int32 = 80
 	// StorageNodeLabel is the node label the Terraform module sets (values nvme, hdd).
 	StorageNodeLabel = "levee.io/storage"
 )
@@ -129,7 +132,8 @@ type CompactionSpec struct {
 // AntiEntropySpec schedules active anti-entropy (AAE) tree rebuilds.
 type AntiEntropySpec struct {
 	// RebuildSchedule is a 5-field cron expression; members are rebuilt one after another.
-	// +kubebuilder:default="0 3 * * 0"
+	// A rebuild never runs while a compaction Job of the cluster runs: the later one waits.
+	// +kubebuilder:default="0 7 * * 0"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^\\\\s*\\\\S+(\\\\s+\\\\S+){4}\\\\s*$') && !self.contains('TZ')",message="antiEntropy.rebuildSchedule must be a 5-field cron expression such as '0 3 * * 0' (set the time zone with antiEntropy.timeZone, not TZ=)"
 	// +optional
 	RebuildSchedule string `json:"rebuildSchedule,omitempty"`
@@ -334,6 +338,50 @@ const (
 	PhaseDegraded = "Degraded"
 )
 
+// Maintenance run phases (status.maintenance.*.phase).
+const (
+	// MaintenanceQueued: the Job exists but waits for another maintenance Job of the cluster.
+	MaintenanceQueued = "Queued"
+	// MaintenanceRunning: the Job's pods are working through the members.
+	MaintenanceRunning = "Running"
+	// MaintenanceSucceeded: every member succeeded.
+	MaintenanceSucceeded = "Succeeded"
+	// MaintenanceFailed: the Job ended with failed members or members it did not reach.
+	MaintenanceFailed = "Failed"
+)
+
+// MaintenanceRun reports the latest Job of one maintenance kind, member by member. Member
+// lists use the Job's index notation: ordinals and ranges, such as "0-2,5".
+type MaintenanceRun struct {
+	// Job is the name of the Job.
+	Job string `json:"job"`
+	// Phase is Queued, Running, Succeeded or Failed.
+	Phase string `json:"phase"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// SucceededMembers are the members whose call succeeded.
+	// +optional
+	SucceededMembers string `json:"succeededMembers,omitempty"`
+	// FailedMembers are the members whose call failed on every attempt (e.g. a member that is down).
+	// +optional
+	FailedMembers string `json:"failedMembers,omitempty"`
+	// NotReachedMembers are the members a finished Job never ran (its deadline passed first).
+	// +optional
+	NotReachedMembers string `json:"notReachedMembers,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// MaintenanceStatus reports the latest compaction and AAE rebuild Jobs.
+type MaintenanceStatus struct {
+	// +optional
+	Compaction *MaintenanceRun `json:"compaction,omitempty"`
+	// +optional
+	AAERebuild *MaintenanceRun `json:"aaeRebuild,omitempty"`
+}
+
 // KVClusterStatus is the observed state of a levee cluster.
 type KVClusterStatus struct {
 	// +optional
@@ -368,6 +416,9 @@ type KVClusterStatus struct {
 	// LastAAERebuild is the last successful AAE-rebuild Job.
 	// +optional
 	LastAAERebuild *metav1.Time `json:"lastAAERebuild,omitempty"`
+	// Maintenance reports the latest maintenance Jobs member by member.
+	// +optional
+	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
 	// +optional
 	Autoscaler *AutoscalerStatus `json:"autoscaler,omitempty"`
 }

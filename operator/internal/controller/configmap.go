@@ -13,7 +13,8 @@ import (
 )
 
 // EngineTOML renders the engine settings part of levee.toml. Its hash goes into
-// the pod template, so only these settings (not membership) restart members.
+// the pod template, so only these settings (not membership, not maintenance schedules)
+// restart members.
 func EngineTOML(c *kvv1.KVCluster) string {
 	s := c.Spec
 	t := s.Compaction.Thresholds
@@ -26,11 +27,11 @@ func EngineTOML(c *kvv1.KVCluster) string {
 	fmt.Fprintf(&b, "[engine]\n")
 	fmt.Fprintf(&b, "sync_on_write = %t\n", s.Engine.SyncOnWrite)
 	fmt.Fprintf(&b, "journal_segment_bytes = %d\n\n", s.Engine.JournalSegmentBytes)
+	// Only what the node itself applies. The window, runsPerDay and timeZone drive the
+	// operator's CronJobs, not the node ("external" scheduler): they stay out of this file,
+	// whose hash is on the pod template, so changing the schedule restarts no member.
 	fmt.Fprintf(&b, "[compaction]\n")
-	fmt.Fprintf(&b, "window_start_hour = %d\n", deref(s.Compaction.WindowStartHour))
-	fmt.Fprintf(&b, "window_end_hour = %d\n", deref(s.Compaction.WindowEndHour))
-	fmt.Fprintf(&b, "runs_per_day = %d\n", deref(s.Compaction.RunsPerDay))
-	fmt.Fprintf(&b, "time_zone = %q\n", s.Compaction.TimeZone)
+	fmt.Fprintf(&b, "scheduler = \"external\"\n")
 	fmt.Fprintf(&b, "single_file_percent = %d\n", deref(t.SingleFilePercent))
 	fmt.Fprintf(&b, "max_run_percent = %d\n", deref(t.MaxRunPercent))
 	fmt.Fprintf(&b, "max_run_length = %d\n", t.MaxRunLength)

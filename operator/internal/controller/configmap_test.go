@@ -17,10 +17,10 @@ func TestBuildConfigMap(t *testing.T) {
 	}{
 		{name: "defaults", nMembers: 3,
 			want: []string{"ring_size = 64\n", "n_val = 3\n", "sync_on_write = false\n", "journal_segment_bytes = 1073741824\n",
-				"window_start_hour = 0\n", "window_end_hour = 6\n", "runs_per_day = 4\n", `time_zone = "UTC"`,
-				"single_file_percent = 25\n", "max_run_percent = 75\n", "max_run_length = 4\n",
+				"[compaction]\nscheduler = \"external\"\n", "single_file_percent = 25\n", "max_run_percent = 75\n", "max_run_length = 4\n",
 				`members_file = "/etc/levee/members"`, "[membership]\nmembers = [\n  \"kv-0.kv-headless.ns.svc:8087\",\n  \"kv-1.kv-headless.ns.svc:8087\",\n  \"kv-2.kv-headless.ns.svc:8087\",\n]\n"},
-			notWant: []string{"[tls]"}},
+			// The schedule belongs to the operator's CronJobs, not to the node's file.
+			notWant: []string{"[tls]", "window_start_hour", "window_end_hour", "runs_per_day", "time_zone"}},
 		{name: "engine settings and wrap-around window", nMembers: 5, mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Replicas = 5
 			c.Spec.RingSize = 256
@@ -31,7 +31,8 @@ func TestBuildConfigMap(t *testing.T) {
 			c.Spec.Compaction.WindowEndHour = i32(4)
 			c.Spec.Compaction.TimeZone = "America/New_York"
 		}, want: []string{"ring_size = 256\n", "n_val = 5\n", "sync_on_write = true\n", "journal_segment_bytes = 268435456\n",
-			"window_start_hour = 22\n", "window_end_hour = 4\n", `time_zone = "America/New_York"`, `"kv-4.kv-headless.ns.svc:8087"`}},
+			`"kv-4.kv-headless.ns.svc:8087"`},
+			notWant: []string{"= 22", "America/New_York"}},
 		{name: "tls paths", nMembers: 3, mutate: func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true },
 			want: []string{"[tls]\n", `cert_file = "/etc/levee/tls/tls.crt"`, `ca_file = "/etc/levee/tls/ca.crt"`}},
 	}
@@ -61,7 +62,7 @@ func TestBuildConfigMap(t *testing.T) {
 	}
 }
 
-// Membership changes must not restart members; engine changes must.
+// Membership and maintenance-schedule changes must not restart members; engine changes must.
 func TestConfigHash(t *testing.T) {
 	base := ConfigHash(cluster(nil))
 	cases := []struct {
@@ -73,6 +74,12 @@ func TestConfigHash(t *testing.T) {
 		{"image", func(c *kvv1.KVCluster) { c.Spec.Image = "levee:2" }, false},
 		{"syncOnWrite", func(c *kvv1.KVCluster) { c.Spec.Engine.SyncOnWrite = true }, true},
 		{"segment size", func(c *kvv1.KVCluster) { c.Spec.Engine.JournalSegmentBytes = 1 << 20 }, true},
+		{"compaction window", func(c *kvv1.KVCluster) {
+			c.Spec.Compaction.WindowStartHour, c.Spec.Compaction.WindowEndHour = i32(22), i32(4)
+		}, false},
+		{"runsPerDay", func(c *kvv1.KVCluster) { c.Spec.Compaction.RunsPerDay = i32(12) }, false},
+		{"compaction timeZone", func(c *kvv1.KVCluster) { c.Spec.Compaction.TimeZone = "Europe/Berlin" }, false},
+		{"AAE schedule", func(c *kvv1.KVCluster) { c.Spec.AntiEntropy.RebuildSchedule = "5 1 * * *" }, false},
 		{"thresholds", func(c *kvv1.KVCluster) { c.Spec.Compaction.Thresholds.MaxRunPercent = i32(80) }, true},
 		{"tls", func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true }, true},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,12 +16,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -40,19 +44,29 @@ type KVClusterReconciler struct {
 	Recorder record.EventRecorder
 	// Now is the clock (tests may pin it); nil means time.Now.
 	Now func() time.Time
+	// APIReader reads objects the operator does not cache (the TLS Secret: get only, no
+	// list/watch of Secrets). SetupWithManager sets it from the manager when nil.
+	APIReader client.Reader
 }
 
-// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/status,verbs=get;update;patch
+// RBAC: only the verbs the code calls. Children are written with server-side apply (patch;
+// create when they do not exist yet) and read from the cache (list, watch); only CronJobs
+// (pruning), maintenance Jobs (dropping expired ones) and the optional Prometheus objects
+// (monitoring turned off) are ever deleted. Nothing is written with update.
+// kvclusters/finalizers update: setting blockOwnerDeletion on children requires it.
+// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=list;watch
+// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;prometheusrules,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;certificates,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=list;watch;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;prometheusrules,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;certificates,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
 
 // Reconcile is a thin wrapper: apply children, compute status, patch status once.
 func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -94,6 +108,26 @@ func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus
 	if !c.Status.RingChangeInProgress && st.RingChangeInProgress {
 		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChangeStarted",
 			"membership changing from %d to %d members; scale-in is refused until it completes", len(st.Members), c.Spec.Replicas)
+	}
+	old, cur := c.Status.Maintenance, st.Maintenance
+	if old == nil {
+		old = &kvv1.MaintenanceStatus{}
+	}
+	if cur != nil {
+		for _, p := range [][2]*kvv1.MaintenanceRun{{old.Compaction, cur.Compaction}, {old.AAERebuild, cur.AAERebuild}} {
+			if !runFinishedNow(p[0], p[1]) {
+				continue
+			}
+			if p[1].Phase == kvv1.MaintenanceFailed {
+				r.Recorder.Eventf(c, corev1.EventTypeWarning, "MaintenanceFailed", "Job %s: %s", p[1].Job, p[1].Message)
+			} else {
+				r.Recorder.Eventf(c, corev1.EventTypeNormal, "MaintenanceSucceeded", "Job %s: %s", p[1].Job, p[1].Message)
+			}
+		}
+	}
+	for _, j := range obs.DroppedJobs {
+		r.Recorder.Eventf(c, corev1.EventTypeWarning, "MaintenanceSkipped",
+			"Job %s was dropped: it waited behind another maintenance Job until its compaction slot was over", j)
 	}
 	if st.RingVersion != c.Status.RingVersion {
 		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChanged",
@@ -167,6 +201,10 @@ func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVClust
 		obs.LastAAERebuild = aae.Status.LastSuccessfulTime
 	}
 
+	maint, err := r.gateMaintenance(ctx, c, &obs)
+	add(err)
+	obs.Maintenance = maint
+
 	// Optional integrations, detected at every reconcile (CRDs may come and go).
 	mon, err := r.served(schema.GroupVersion{Group: "monitoring.coreos.com", Version: "v1"}, "servicemonitors", "prometheusrules")
 	add(err)
@@ -183,8 +221,75 @@ func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVClust
 			add(r.apply(ctx, c, o))
 		}
 	}
+	if c.Spec.TLS.Enabled {
+		missing, err := r.tlsSecretLacksCA(ctx, c)
+		add(err)
+		obs.TLSCAMissing = missing
+	}
 	obs.ApplyErr = errors.Join(errs...)
 	return obs
+}
+
+// gateMaintenance lets at most one maintenance Job of the cluster run (see PlanGate) and
+// reports the latest Job of each kind member by member.
+func (r *KVClusterReconciler) gateMaintenance(ctx context.Context, c *kvv1.KVCluster, obs *Observed) (*kvv1.MaintenanceStatus, error) {
+	var list batchv1.JobList
+	if err := r.List(ctx, &list, client.InNamespace(c.Namespace),
+		client.MatchingLabels{labelInstance: c.Name}, client.HasLabels{LabelMaintenance}); err != nil {
+		return nil, fmt.Errorf("cannot list maintenance Jobs: %w", err)
+	}
+	jobs := make([]*batchv1.Job, 0, len(list.Items))
+	for i := range list.Items {
+		jobs = append(jobs, &list.Items[i])
+	}
+	d := PlanGate(jobs, r.now())
+	var errs []error
+	for _, j := range d.Drop {
+		if err := r.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("cannot delete expired maintenance Job %s: %w", j.Name, err))
+			continue
+		}
+		obs.DroppedJobs = append(obs.DroppedJobs, j.Name)
+		jobs = slices.DeleteFunc(jobs, func(x *batchv1.Job) bool { return x == j })
+	}
+	if j := d.Resume; j != nil {
+		orig := j.DeepCopy()
+		j.Spec.Suspend = ptr(false)
+		if d.ResumeDeadline != nil {
+			j.Spec.ActiveDeadlineSeconds = d.ResumeDeadline
+		}
+		if err := r.Patch(ctx, j, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("cannot resume maintenance Job %s: %w", j.Name, err))
+			}
+			*j = *orig // the next reconcile (the Job changed) decides again
+		}
+	}
+	st := &kvv1.MaintenanceStatus{
+		Compaction: LatestRun(jobs, MaintenanceCompaction),
+		AAERebuild: LatestRun(jobs, MaintenanceAAE),
+	}
+	if st.Compaction == nil && st.AAERebuild == nil {
+		st = nil
+	}
+	return st, errors.Join(errs...)
+}
+
+// tlsSecretLacksCA reports whether the member certificate Secret exists without ca.crt. Members
+// (mTLS: ca_file) and the maintenance Jobs' admin client (no system trust store) both need it;
+// issuers such as ACME do not write it. A Secret not yet issued is not reported here.
+func (r *KVClusterReconciler) tlsSecretLacksCA(ctx context.Context, c *kvv1.KVCluster) (bool, error) {
+	if r.APIReader == nil {
+		return false, nil
+	}
+	var sec corev1.Secret
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: TLSSecretName(c)}, &sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("cannot read TLS Secret %s: %w", TLSSecretName(c), err)
+	}
+	return len(sec.Data[TLSCAKey]) == 0, nil
 }
 
 func latest(a, b *metav1.Time) *metav1.Time {
@@ -273,6 +378,15 @@ func (r *KVClusterReconciler) enqueueAll(ctx context.Context, obj client.Object)
 	return out
 }
 
+// maintenanceJobCluster maps a maintenance Job to its KVCluster (label app.kubernetes.io/instance).
+func maintenanceJobCluster(_ context.Context, obj client.Object) []reconcile.Request {
+	name := obj.GetLabels()[labelInstance]
+	if name == "" || obj.GetLabels()[LabelMaintenance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
 // SetupWithManager registers the controller.
 func (r *KVClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Discovery == nil {
@@ -281,6 +395,9 @@ func (r *KVClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("cannot create discovery client: %w", err)
 		}
 		r.Discovery = d
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	optionalCRD := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
@@ -293,8 +410,26 @@ func (r *KVClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&batchv1.CronJob{}).
+		// Maintenance Jobs belong to the CronJobs; their label names the cluster.
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(maintenanceJobCluster),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				_, ok := o.GetLabels()[LabelMaintenance]
+				return ok && o.GetLabels()[labelInstance] != ""
+			}))).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.enqueueAll),
 			builder.WithPredicates(optionalCRD)).
 		Named("kvcluster").
 		Complete(r)
+}
+
+// CacheOptions restricts the manager's cache of Jobs to maintenance Jobs (label
+// kv.levee.io/maintenance), so the operator does not hold every Job of the cluster in memory.
+func CacheOptions() cache.Options {
+	req, err := labels.NewRequirement(LabelMaintenance, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant label key: cannot fail
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&batchv1.Job{}: {Label: labels.NewSelector().Add(*req)},
+	}}
 }

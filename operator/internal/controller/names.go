@@ -23,8 +23,10 @@ const (
 	DataRoot              = "/var/lib/levee"
 	DataDir               = DataRoot + "/data"
 	TLSDir                = ConfigDir + "/tls"
-	ContainerName         = "levee"
-	DataVolumeName        = "data"
+	// TLSCAKey is the CA certificate key of the TLS Secret (cert-manager's name for it).
+	TLSCAKey       = "ca.crt"
+	ContainerName  = "levee"
+	DataVolumeName = "data"
 
 	// ConfigHashAnnotation on the pod template restarts members when engine settings change
 	// (membership changes do not restart pods: members is re-read from the mounted ConfigMap).

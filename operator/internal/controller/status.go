@@ -22,6 +22,12 @@ type Observed struct {
 	CertManagerCRDs bool
 	// Last successful maintenance Jobs (from the CronJobs' status).
 	LastCompaction, LastAAERebuild *metav1.Time
+	// Maintenance is the latest maintenance Job of each kind (nil: no Job exists).
+	Maintenance *kvv1.MaintenanceStatus
+	// TLSCAMissing: the TLS Secret exists but has no ca.crt.
+	TLSCAMissing bool
+	// DroppedJobs are queued compaction Jobs deleted because their slot was over.
+	DroppedJobs []string
 }
 
 // Condition reasons.
@@ -38,6 +44,7 @@ const (
 	ReasonCertManagerMissing  = "CertManagerNotInstalled"
 	ReasonCreated             = "Created"
 	ReasonDisabled            = "Disabled"
+	ReasonCAMissing           = "CACertificateMissing"
 )
 
 // rolloutApplied: the StatefulSet controller has observed the latest spec and runs
@@ -134,6 +141,9 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	switch {
 	case !spec.TLS.Enabled:
 		meta.RemoveStatusCondition(&st.Conditions, kvv1.ConditionTLS)
+	case obs.TLSCAMissing:
+		set(kvv1.ConditionTLS, false, ReasonCAMissing,
+			fmt.Sprintf("Secret %s has no %s: members require client certificates signed by that CA and the maintenance Jobs verify members with it; use an issuer that writes %s (CA, self-signed or Vault issuers do; ACME does not), or leave tls.issuerRef empty so the operator creates a cluster CA", TLSSecretName(c), TLSCAKey, TLSCAKey))
 	case obs.CertManagerCRDs:
 		set(kvv1.ConditionTLS, true, ReasonCreated, fmt.Sprintf("cert-manager Certificate %s applied (Secret %s)", CertificateName(c), TLSSecretName(c)))
 	default:
@@ -158,6 +168,19 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	}
 	if obs.LastAAERebuild != nil {
 		st.LastAAERebuild = obs.LastAAERebuild
+	}
+	// Finished Jobs are removed after a week (TTL) or by the CronJob history limit: the last
+	// report stays until a newer Job replaces it.
+	if m := obs.Maintenance; m != nil {
+		if st.Maintenance == nil {
+			st.Maintenance = &kvv1.MaintenanceStatus{}
+		}
+		if m.Compaction != nil {
+			st.Maintenance.Compaction = m.Compaction
+		}
+		if m.AAERebuild != nil {
+			st.Maintenance.AAERebuild = m.AAERebuild
+		}
 	}
 	return st
 }

@@ -62,6 +62,10 @@ func TestComputeStatus(t *testing.T) {
 			obs: Observed{}, phase: kvv1.PhaseCreating, conds: conds{"TLSReady": "False/CertManagerNotInstalled"}},
 		{name: "tls with cert-manager", mutate: func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true },
 			obs: Observed{CertManagerCRDs: true}, phase: kvv1.PhaseCreating, conds: conds{"TLSReady": "True/Created"}},
+		{name: "tls with an issuer that wrote no ca.crt", mutate: func(c *kvv1.KVCluster) {
+			c.Spec.TLS.Enabled = true
+			c.Spec.TLS.IssuerRef = &kvv1.IssuerRef{Name: "acme", Kind: "ClusterIssuer"}
+		}, obs: Observed{CertManagerCRDs: true, TLSCAMissing: true}, phase: kvv1.PhaseCreating, conds: conds{"TLSReady": "False/CACertificateMissing"}},
 		{name: "monitoring disabled", mutate: func(c *kvv1.KVCluster) {
 			f := false
 			c.Spec.Monitoring.ServiceMonitor, c.Spec.Monitoring.PrometheusRule = &f, &f
@@ -131,5 +135,26 @@ func TestLastMaintenanceTimes(t *testing.T) {
 	st := ComputeStatus(cluster(nil), Observed{LastCompaction: &a, LastAAERebuild: &b}, b)
 	if !st.LastCompaction.Equal(&a) || !st.LastAAERebuild.Equal(&b) {
 		t.Errorf("last maintenance = %v %v", st.LastCompaction, st.LastAAERebuild)
+	}
+}
+
+// The last report of each maintenance kind stays when its Job is gone (TTL, history limit)
+// and is replaced by a newer one.
+func TestMaintenanceStatusKeepsTheLastReport(t *testing.T) {
+	c := cluster(nil)
+	old := &kvv1.MaintenanceRun{Job: "kv-compact-0-1", Phase: kvv1.MaintenanceFailed, FailedMembers: "1"}
+	c.Status.Maintenance = &kvv1.MaintenanceStatus{Compaction: old}
+	now := metav1.NewTime(time.Unix(100, 0))
+	st := ComputeStatus(c, Observed{}, now)
+	if st.Maintenance == nil || st.Maintenance.Compaction == nil || st.Maintenance.Compaction.Job != old.Job {
+		t.Fatalf("report lost: %+v", st.Maintenance)
+	}
+	aae := &kvv1.MaintenanceRun{Job: "kv-aae-rebuild-1", Phase: kvv1.MaintenanceRunning}
+	st = ComputeStatus(c, Observed{Maintenance: &kvv1.MaintenanceStatus{AAERebuild: aae}}, now)
+	if st.Maintenance.Compaction.Job != old.Job || st.Maintenance.AAERebuild.Job != aae.Job {
+		t.Errorf("got %+v", st.Maintenance)
+	}
+	if c.Status.Maintenance.AAERebuild != nil {
+		t.Errorf("ComputeStatus modified its input")
 	}
 }

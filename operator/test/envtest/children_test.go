@@ -28,19 +28,20 @@ func TestCreateBuildsChildren(t *testing.T) {
 		storageClass string
 		nodeLabel    [2]string
 		size         string
+		timeout      int // per-member maintenance deadline: 100 GiB at the profile's rate + 300 s
 	}{
-		{name: "nvme-defaults", mutate: nil, storageClass: "levee-nvme", nodeLabel: [2]string{"levee.io/storage", "nvme"}, size: "100Gi"},
+		{name: "nvme-defaults", mutate: nil, storageClass: "levee-nvme", nodeLabel: [2]string{"levee.io/storage", "nvme"}, size: "100Gi", timeout: 1324},
 		{name: "hdd", mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Storage.Profile = kvv1.StorageHDD
 			c.Spec.Replicas = 4
-		}, storageClass: "levee-hdd", nodeLabel: [2]string{"levee.io/storage", "hdd"}, size: "100Gi"},
+		}, storageClass: "levee-hdd", nodeLabel: [2]string{"levee.io/storage", "hdd"}, size: "100Gi", timeout: 4396},
 		{name: "hdd-overrides", mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Storage.Profile = kvv1.StorageHDD
 			sc := "st1-throughput"
 			c.Spec.Storage.StorageClassName = &sc
 			c.Spec.Storage.NodeSelector = map[string]string{"node.kubernetes.io/instance-type": "d3.xlarge"}
 			c.Spec.Image = "registry.example/levee:1.2.3"
-		}, storageClass: "st1-throughput", nodeLabel: [2]string{"node.kubernetes.io/instance-type", "d3.xlarge"}, size: "100Gi"},
+		}, storageClass: "st1-throughput", nodeLabel: [2]string{"node.kubernetes.io/instance-type", "d3.xlarge"}, size: "100Gi", timeout: 4396},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,24 +128,27 @@ func TestCreateBuildsChildren(t *testing.T) {
 				if cj.Spec.Schedule != sched || *cj.Spec.TimeZone != "UTC" {
 					t.Errorf("compaction cronjob %d schedule = %q tz %v, want %q", i, cj.Spec.Schedule, cj.Spec.TimeZone, sched)
 				}
-				ps := cj.Spec.JobTemplate.Spec.Template.Spec
-				if len(ps.InitContainers) != int(n-1) || len(ps.Containers) != 1 {
-					t.Fatalf("compaction pod: %d init + %d containers, want %d + 1", len(ps.InitContainers), len(ps.Containers), n-1)
+				// One Indexed Job, one member per index: the API server accepted the shape.
+				js := cj.Spec.JobTemplate.Spec
+				ps := js.Template.Spec
+				if len(ps.InitContainers) != 0 || len(ps.Containers) != 1 || *js.Completions != n || *js.CompletionMode != batchv1.IndexedCompletion {
+					t.Fatalf("compaction Job: %d init + %d containers, %v completions (%v), want one container per pod and %d indexes",
+						len(ps.InitContainers), len(ps.Containers), *js.Completions, *js.CompletionMode, n)
 				}
-				want := fmt.Sprintf("admin compact-journal --addr kv-0.kv-headless.%s.svc:8087", ns)
-				if got := strings.Join(ps.InitContainers[0].Args, " "); got != want {
-					t.Errorf("first member step = %q, want %q", got, want)
+				want := fmt.Sprintf("admin compact-journal --addr kv-$(LEVEE_MEMBER_INDEX).kv-headless.%s.svc:8087 --timeout %d", ns, tc.timeout)
+				if got := strings.Join(ps.Containers[0].Args, " "); got != want {
+					t.Errorf("member step = %q, want %q", got, want)
 				}
 			}
 			aae := &batchv1.CronJob{}
 			waitFor(t, aae, ns, "kv-aae-rebuild")
 			assertControlled(t, aae, c)
-			if aae.Spec.Schedule != "0 3 * * 0" {
+			if aae.Spec.Schedule != "0 7 * * 0" {
 				t.Errorf("aae schedule = %q", aae.Spec.Schedule)
 			}
-			last := aae.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
-			if want := fmt.Sprintf("admin aae-rebuild --addr kv-%d.kv-headless.%s.svc:8087", n-1, ns); strings.Join(last.Args, " ") != want {
-				t.Errorf("last aae step = %q, want %q", strings.Join(last.Args, " "), want)
+			step := aae.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+			if want := fmt.Sprintf("admin aae-rebuild --addr kv-$(LEVEE_MEMBER_INDEX).kv-headless.%s.svc:8087 --timeout %d", ns, tc.timeout); strings.Join(step.Args, " ") != want {
+				t.Errorf("aae step = %q, want %q", strings.Join(step.Args, " "), want)
 			}
 
 			// Status: first reconcile reports the forming cluster.
@@ -295,7 +299,9 @@ func TestDriftCorrection(t *testing.T) {
 }
 
 // TestCompactionCronJobsFollowSpec: changing the window re-derives the CronJobs and
-// deletes the ones no longer needed; the Job deadline is the slot between runs.
+// deletes the ones no longer needed; the Job deadline is the slot between runs. Changing
+// the schedule (window, runsPerDay, timeZone, AAE schedule) restarts no member: the
+// StatefulSet's pod template, and so its generation, stays as it was.
 func TestCompactionCronJobsFollowSpec(t *testing.T) {
 	ns := newNamespace(t)
 	createCluster(t, ns, "cj", func(c *kvv1.KVCluster) {
@@ -311,9 +317,14 @@ func TestCompactionCronJobsFollowSpec(t *testing.T) {
 			t.Errorf("cronjob %d: schedule %q tz %s deadline %d", i, cj.Spec.Schedule, *cj.Spec.TimeZone, *cj.Spec.JobTemplate.Spec.ActiveDeadlineSeconds)
 		}
 	}
+	sts := &appsv1.StatefulSet{}
+	waitFor(t, sts, ns, "cj")
+	gen, hash := sts.Generation, sts.Spec.Template.Annotations[controller.ConfigHashAnnotation]
 	if err := updateCluster(t, ns, "cj", func(c *kvv1.KVCluster) {
 		c.Spec.Compaction.WindowStartHour = int32p(1)
 		c.Spec.Compaction.WindowEndHour = int32p(5)
+		c.Spec.Compaction.TimeZone = "UTC"
+		c.Spec.AntiEntropy.RebuildSchedule = "30 12 * * 6"
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,4 +344,12 @@ func TestCompactionCronJobsFollowSpec(t *testing.T) {
 		}
 		return nil
 	})
+	// The reconcile that re-derived the CronJobs has applied the StatefulSet too (it comes first).
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cj"}, sts); err != nil {
+		t.Fatal(err)
+	}
+	if sts.Generation != gen || sts.Spec.Template.Annotations[controller.ConfigHashAnnotation] != hash {
+		t.Errorf("a schedule change touched the StatefulSet: generation %d -> %d, config hash %s -> %s (members would restart)",
+			gen, sts.Generation, hash, sts.Spec.Template.Annotations[controller.ConfigHashAnnotation])
+	}
 }

@@ -117,6 +117,7 @@ func run(m *testing.M) int {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Cache:                  controller.CacheOptions(),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)

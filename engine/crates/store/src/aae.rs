@@ -99,7 +99,16 @@ pub(crate) struct AaeState {
     pub leaves: Vec<u32>,
     pub branch_width: u32,
     pub rebuild_delta: Option<Vec<u32>>,
+    /// Why the tree cannot be served (being rebuilt after an unclean shutdown, or that rebuild
+    /// failed); `None` when it is current.
+    pub unavailable: Option<String>,
 }
+
+/// File holding the tree as of a clean close: `"LVAE" version:u32 segments:u32 branch_width:u32
+/// sqn:u64 leaf:u32* crc:u32`. Valid only if the store's last SQN at the next open is `sqn`.
+pub(crate) const TREE_FILE: &str = "AAE";
+const TREE_MAGIC: &[u8; 4] = b"LVAE";
+const TREE_VERSION: u32 = 1;
 
 impl AaeState {
     pub(crate) fn new(segments: u32, branch_width: u32) -> Self {
@@ -107,7 +116,49 @@ impl AaeState {
             leaves: vec![0; segments as usize],
             branch_width,
             rebuild_delta: None,
+            unavailable: None,
         }
+    }
+
+    /// The tree file for a store whose last SQN is `sqn`.
+    pub(crate) fn encode(&self, sqn: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(28 + self.leaves.len() * 4);
+        out.extend_from_slice(TREE_MAGIC);
+        crate::codec::put_u32(&mut out, TREE_VERSION);
+        crate::codec::put_u32(&mut out, self.leaves.len() as u32);
+        crate::codec::put_u32(&mut out, self.branch_width);
+        crate::codec::put_u64(&mut out, sqn);
+        for l in &self.leaves {
+            crate::codec::put_u32(&mut out, *l);
+        }
+        crate::codec::seal(&mut out, 0);
+        out
+    }
+
+    /// Decode a tree file: (sqn, state). Any damage or a shape other than (`segments`, `width`) is
+    /// an error (the caller rebuilds).
+    pub(crate) fn decode(buf: &[u8], segments: u32, width: u32) -> crate::Result<(u64, AaeState)> {
+        let payload = crate::codec::unseal(buf, "AAE tree file")?;
+        let mut r = crate::codec::Reader::new(payload, "AAE tree file");
+        if r.raw(4)? != TREE_MAGIC || r.u32()? != TREE_VERSION {
+            return Err(crate::Error::Corruption(
+                "AAE tree file: bad magic or version".into(),
+            ));
+        }
+        let (n, w, sqn) = (r.u32()?, r.u32()?, r.u64()?);
+        if n != segments || w != width {
+            return Err(crate::Error::Corruption(format!(
+                "AAE tree file has {n} segments of width {w}; the config asks for {segments}/{width}"
+            )));
+        }
+        let mut leaves = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            leaves.push(r.u32()?);
+        }
+        r.expect_end()?;
+        let mut st = AaeState::new(segments, width);
+        st.leaves = leaves;
+        Ok((sqn, st))
     }
 
     pub(crate) fn segments(&self) -> u32 {

@@ -44,6 +44,10 @@ pub struct Config {
     pub journal_bytes_per_sync: u64,
     /// The ledger memtable is flushed to an SST when it holds this many bytes.
     pub memtable_bytes: usize,
+    /// ... or when this many journal bytes were written since it started (values are not in the
+    /// memtable, so without this a memtable of small entries could stand for gigabytes of journal
+    /// that recovery would have to replay after a crash).
+    pub max_unflushed_journal_bytes: u64,
     /// Target size of a ledger SST file.
     pub sst_target_bytes: u64,
     /// Target size of an SST data block.
@@ -98,6 +102,7 @@ impl Default for Config {
             journal_segment_records: 200_000,
             journal_bytes_per_sync: 8 << 20,
             memtable_bytes: 16 << 20,
+            max_unflushed_journal_bytes: 256 << 20,
             sst_target_bytes: 8 << 20,
             sst_block_bytes: 4096,
             bloom_bits_per_key: 10,
@@ -147,6 +152,9 @@ impl Config {
         }
         if self.journal_segment_records == 0 {
             return bad("journal_segment_records must be at least 1");
+        }
+        if self.max_unflushed_journal_bytes < 4096 {
+            return bad("max_unflushed_journal_bytes must be at least 4096");
         }
         if self.memtable_bytes < 1024 {
             return bad("memtable_bytes must be at least 1024");

@@ -124,6 +124,12 @@ pub struct Stats {
     pub journal_synced_sqn: Sqn,
     pub journal_segments: u64,
     pub ledger_files_per_level: Vec<u64>,
+    /// Damaged SST parts found so far (data blocks failing their checksum; an unreadable index,
+    /// bloom or footer counts one). Reads of their keys return `Error::Corruption`.
+    pub ledger_damaged_blocks: u64,
+    /// 1 when merges stopped because one met a damaged table (nothing is dropped: the table stays
+    /// as it is, and writers get an error instead of waiting once level 0 is full).
+    pub ledger_merges_blocked: u64,
 }
 
 #[derive(Default)]
@@ -163,6 +169,9 @@ struct WriteState {
     buf: Vec<u8>,
     /// Bytes appended since the last background-sync request (`journal_bytes_per_sync`).
     unsynced_bytes: u64,
+    /// Journal bytes appended since the active memtable was last frozen: a cap on it bounds what
+    /// recovery replays after a crash (`Config::max_unflushed_journal_bytes`).
+    unflushed_journal_bytes: u64,
 }
 
 struct ManifestState {
@@ -186,6 +195,8 @@ struct SyncState {
 }
 
 struct Bg {
+    /// A merge met a damaged table: merges stop (flushes go on) until a reopen.
+    merge_blocked: Option<String>,
     shutdown: bool,
     /// Stop at once without flushing (simulated crash).
     abandon: bool,
@@ -234,6 +245,8 @@ pub struct Store {
     worker: Mutex<Option<JoinHandle<()>>>,
     syncer: Mutex<Option<JoinHandle<()>>>,
     scheduler: Mutex<Option<JoinHandle<()>>>,
+    /// Rebuilds the AAE tree in the background after an open that found no current tree file.
+    aae_builder: Mutex<Option<JoinHandle<()>>>,
     lock: Mutex<Option<LockGuard>>,
 }
 
@@ -612,6 +625,7 @@ impl Store {
                 next_segment_id: next_segment_id + 1,
                 buf: Vec::new(),
                 unsynced_bytes: 0,
+                unflushed_journal_bytes: 0,
             }),
             mem: RwLock::new(mem),
             version: RwLock::new(Arc::new(version)),
@@ -632,6 +646,7 @@ impl Store {
             sync_cv: Condvar::new(),
             syncer_cv: Condvar::new(),
             bg: Mutex::new(Bg {
+                merge_blocked: None,
                 shutdown: false,
                 abandon: false,
                 error: None,
@@ -648,9 +663,7 @@ impl Store {
             remove_if_exists(&*inner.disk, &segment::seg_path(&inner.journal.dir, id))?;
             remove_if_exists(&*inner.disk, &segment::idx_path(&inner.journal.dir, id))?;
         }
-        if inner.aae.is_some() {
-            inner.rebuild_aae(false)?;
-        }
+        let aae_builder = inner.load_aae_tree(max_sqn)?;
         let worker_inner = inner.clone();
         let worker = std::thread::Builder::new()
             .name("levee-ledger".into())
@@ -684,6 +697,7 @@ impl Store {
             worker: Mutex::new(Some(worker)),
             syncer: Mutex::new(syncer),
             scheduler: Mutex::new(scheduler),
+            aae_builder: Mutex::new(aae_builder),
             lock: Mutex::new(Some(lock)),
         })
     }
@@ -829,8 +843,12 @@ impl Store {
             let _ = h.join();
         }
         // A compaction a caller started sees `closed` at its next record and stops; wait for it,
-        // so its swap and renames never run after the directory lock is released.
+        // so its swap and renames never run after the directory lock is released. A background
+        // AAE rebuild stops the same way (it needs the write lock to finish).
         drop(i.compaction_lock.lock());
+        if let Some(h) = self.aae_builder.lock().take() {
+            let _ = h.join();
+        }
         // Writers still waiting for a group commit get `Closed`; the sync below makes their
         // records durable all the same.
         self.stop_syncer();
@@ -872,7 +890,9 @@ impl Store {
                 w.journal.seg.close(&i.journal.dir)?;
             }
             drop(w);
-            i.write_manifest(Vec::new())
+            i.write_manifest(Vec::new())?;
+            i.save_aae_tree();
+            Ok(())
         })();
         self.lock.lock().take();
         result
@@ -889,6 +909,9 @@ impl Store {
             let _ = h.join();
         }
         self.stop_syncer();
+        if let Some(h) = self.aae_builder.lock().take() {
+            let _ = h.join();
+        }
         let _w = i.write.lock();
         {
             let mut bg = i.bg.lock();
@@ -941,7 +964,37 @@ impl Store {
             .as_ref()
             .ok_or_else(|| Error::InvalidConfig("AAE is disabled (aae_segments = 0)".into()))?;
         let a = aae.lock();
+        if let Some(why) = &a.unavailable {
+            return Err(Error::Busy(format!("the AAE tree is unavailable: {why}")));
+        }
         Ok(AaeTree::new(a.leaves.clone(), a.branch_width))
+    }
+
+    /// Wait until the AAE tree can be served (after an open that found no current tree file it
+    /// is rebuilt in the background). `Ok(false)` if `timeout` passes first; `Error::Busy` with
+    /// the reason if the rebuild failed.
+    pub fn wait_for_aae(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.aae_tree() {
+                Ok(_) => return Ok(true),
+                Err(Error::Busy(why)) => {
+                    let running = self
+                        .aae_builder
+                        .lock()
+                        .as_ref()
+                        .is_some_and(|h| !h.is_finished());
+                    if !running && !why.contains("being rebuilt") {
+                        return Err(Error::Busy(why));
+                    }
+                    if Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// (bucket, key, leaf hash) of every live object in the given AAE segments.
@@ -1007,6 +1060,13 @@ impl Store {
             journal_synced_sqn: i.sync.lock().synced,
             journal_segments: i.journal.segments().len() as u64,
             ledger_files_per_level: version.levels.iter().map(|l| l.len() as u64).collect(),
+            ledger_damaged_blocks: version
+                .levels
+                .iter()
+                .flatten()
+                .map(|t| t.damaged_blocks())
+                .sum(),
+            ledger_merges_blocked: u64::from(i.bg.lock().merge_blocked.is_some()),
         }
     }
 
@@ -1417,7 +1477,11 @@ impl Inner {
                     }
                 }
             }
-            if self.mem.read().active.bytes() >= self.cfg.memtable_bytes {
+            w.unflushed_journal_bytes += len as u64;
+            if self.mem.read().active.bytes() >= self.cfg.memtable_bytes
+                || w.unflushed_journal_bytes >= self.cfg.max_unflushed_journal_bytes
+            {
+                w.unflushed_journal_bytes = 0;
                 self.rotate_memtable();
             }
             sqn
@@ -1455,6 +1519,11 @@ impl Inner {
         while behind() {
             if let Some(e) = &bg.error {
                 return Err(Error::Poisoned(e.clone()));
+            }
+            if let Some(m) = &bg.merge_blocked {
+                return Err(Error::Corruption(format!(
+                    "writes wait for ledger merges, which stopped at a damaged table: {m}"
+                )));
             }
             if bg.shutdown {
                 return Err(Error::Closed);
@@ -1537,6 +1606,85 @@ impl Inner {
         Ok((aae::segment_of(bucket, key, segments), delta))
     }
 
+    /// Install the AAE tree saved by the last clean close if it matches the recovered store (its
+    /// SQN is the store's last), else start rebuilding it in the background while the store
+    /// serves; `aae_tree` answers `Busy` until then. Either way open never folds the ledger, so
+    /// its time does not grow with the data, and a damaged SST block cannot fail it. The file is
+    /// removed before any write: a later crash must not find a tree that misses writes.
+    fn load_aae_tree(self: &Arc<Self>, last_sqn: Sqn) -> Result<Option<JoinHandle<()>>> {
+        let Some(aae) = &self.aae else {
+            return Ok(None);
+        };
+        let path = self.dir.join(aae::TREE_FILE);
+        let saved = match self.disk.read(&path) {
+            Ok(buf) => {
+                match AaeState::decode(&buf, self.cfg.aae_segments, self.cfg.aae_branch_width) {
+                    Ok((sqn, st)) if sqn == last_sqn => Some(st),
+                    Ok((sqn, _)) => {
+                        log::info!("AAE tree file is for SQN {sqn}, the store is at {last_sqn}: rebuilding");
+                        None
+                    }
+                    Err(e) => {
+                        log::warn!("{}: {e}; rebuilding the AAE tree", path.display());
+                        None
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(Error::Io {
+                    context: format!("reading {}", path.display()),
+                    source: e,
+                })
+            }
+        };
+        if self.disk.exists(&path) {
+            remove_if_exists(&*self.disk, &path)?;
+            sync_dir(&*self.disk, &self.dir)?;
+        }
+        if let Some(st) = saved {
+            *aae.lock() = st;
+            return Ok(None);
+        }
+        if last_sqn == 0 {
+            return Ok(None); // nothing was ever written: the empty tree is current
+        }
+        aae.lock().unavailable = Some("being rebuilt after an unclean shutdown".into());
+        let me = self.clone();
+        let h = std::thread::Builder::new()
+            .name("levee-aae-rebuild".into())
+            .spawn(move || match me.rebuild_aae(false) {
+                Ok(took) => log::info!("AAE tree rebuilt in {:.2} s", took.as_secs_f64()),
+                Err(Error::Closed) => {}
+                Err(e) => {
+                    log::error!("rebuilding the AAE tree failed: {e}");
+                    if let Some(a) = &me.aae {
+                        a.lock().unavailable = Some(format!("its rebuild failed: {e}"));
+                    }
+                }
+            })
+            .ctx(|| "starting the AAE rebuild".to_string())?;
+        Ok(Some(h))
+    }
+
+    /// Save the AAE tree for the next open (after a clean close's last flush). A failure only
+    /// costs that open a background rebuild.
+    fn save_aae_tree(&self) {
+        let Some(aae) = &self.aae else { return };
+        let sqn = self.last_sqn.load(Ordering::Acquire);
+        let buf = {
+            let a = aae.lock();
+            if a.unavailable.is_some() || a.rebuild_delta.is_some() {
+                return;
+            }
+            a.encode(sqn)
+        };
+        let path = self.dir.join(aae::TREE_FILE);
+        if let Err(e) = crate::fsutil::write_atomic(&*self.disk, &self.dir, &path, &buf) {
+            log::warn!("saving the AAE tree: {e}; the next open rebuilds it");
+        }
+    }
+
     /// Rebuild the AAE tree from a snapshot fold of heads while writes continue: writes after the
     /// snapshot are XORed into a delta that is folded into the new tree when it is installed.
     fn rebuild_aae(&self, journal_check: bool) -> Result<Duration> {
@@ -1567,7 +1715,10 @@ impl Inner {
                 ..HeadFoldOptions::default()
             };
             let mut leaves = vec![0u32; segments as usize];
-            for h in s.fold_heads(&opts)? {
+            for (n, h) in s.fold_heads(&opts)?.enumerate() {
+                if n % 4096 == 0 && self.closed.load(Ordering::Acquire) {
+                    return Err(Error::Closed);
+                }
                 let h = h?;
                 leaves[aae::segment_of(&h.bucket, &h.key, segments) as usize] ^=
                     aae::leaf_hash(&h.bucket, &h.key, &h.head.metadata);
@@ -1583,6 +1734,7 @@ impl Inner {
         }
         a.leaves = leaves;
         a.branch_width = width;
+        a.unavailable = None;
         let took = start.elapsed();
         self.c.aae_rebuilds.fetch_add(1, Ordering::Relaxed);
         self.c
@@ -1720,8 +1872,19 @@ impl Inner {
                 self.flush_one()
             } else if shutdown {
                 break;
+            } else if self.bg.lock().merge_blocked.is_some() {
+                Ok(false)
             } else {
-                self.merge_once()
+                match self.merge_once() {
+                    // A damaged input: merging would have to drop what cannot be read. Stop
+                    // merging instead of poisoning the store: reads and flushes go on.
+                    Err(Error::Corruption(m)) => {
+                        log::error!("ledger merges stopped: a merge input is damaged: {m}");
+                        self.bg.lock().merge_blocked = Some(m);
+                        Ok(false)
+                    }
+                    other => other,
+                }
             };
             let mut bg = self.bg.lock();
             match step {

@@ -415,3 +415,132 @@ fn an_expired_snapshot_releases_what_its_folds_pinned() {
     s.close().unwrap();
     assert!(disk.exists(Path::new(DIR)));
 }
+
+fn first_sst(disk: &SimDisk) -> std::path::PathBuf {
+    disk.list_files()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".sst"))
+        .expect("an SST exists")
+}
+
+/// Bug 3: one damaged SST block made the whole store refuse to open (open refolded every head for
+/// the AAE tree). Now reads of the block's keys fail with Corruption, the open succeeds, the damage
+/// is counted, and the AAE tree says it could not be rebuilt instead of being wrong.
+#[test]
+fn a_damaged_sst_block_fails_reads_of_its_keys_not_the_open() {
+    let disk = SimDisk::new();
+    let c = cfg(SyncMode::Sync);
+    let s = open(&disk, &c).unwrap();
+    for i in 0..200 {
+        s.put(
+            b"b",
+            format!("k{i:03}").as_bytes(),
+            &[i as u8; 100],
+            b"",
+            &[],
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+    s.simulate_crash(); // unclean: the next open rebuilds the AAE tree from the ledger
+    disk.corrupt(&first_sst(&disk), 10, b"XXXX").unwrap(); // inside the first data block
+    let s = open(&disk, &c).expect("a damaged block must not fail the open");
+    match s.get(b"b", b"k000") {
+        Err(e) if e.is_corruption() => {}
+        other => panic!("expected Corruption for a key in the damaged block, got {other:?}"),
+    }
+    assert_eq!(value(&s, "k199").unwrap(), vec![199u8; 100]);
+    assert_eq!(s.stats().ledger_damaged_blocks, 1);
+    match s.wait_for_aae(Duration::from_secs(60)) {
+        Err(Error::Busy(m)) => assert!(m.contains("rebuild failed"), "{m}"),
+        other => panic!("expected the AAE rebuild to report the damage, got {other:?}"),
+    }
+    s.put(b"b", b"new", b"v", b"", &[]).unwrap();
+    s.close().unwrap();
+}
+
+/// Bug 3: a merge that met a damaged table poisoned the store, again after every reopen. Now
+/// merges stop (nothing is dropped), the store keeps serving, and a reopen works.
+#[test]
+fn a_merge_that_meets_a_damaged_table_stops_merging_instead_of_poisoning() {
+    let disk = SimDisk::new();
+    let c = Config {
+        aae_segments: 0,
+        ..cfg(SyncMode::Sync)
+    };
+    let s = open(&disk, &c).unwrap();
+    for i in 0..50 {
+        s.put(b"b", format!("a{i:03}").as_bytes(), b"v", b"", &[])
+            .unwrap();
+    }
+    s.flush().unwrap();
+    disk.corrupt(&first_sst(&disk), 10, b"XXXX").unwrap();
+    // More flushes: level 0 reaches the merge trigger and the merge reads the damaged table.
+    for round in 0..c.l0_merge_trigger {
+        s.put(b"b", format!("z{round}").as_bytes(), b"v", b"", &[])
+            .unwrap();
+        s.flush().unwrap();
+    }
+    for _ in 0..2000 {
+        if s.stats().ledger_merges_blocked == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        s.stats().ledger_merges_blocked,
+        1,
+        "the merge did not meet the damage"
+    );
+    s.put(b"b", b"after", b"v", b"", &[]).unwrap();
+    assert_eq!(value(&s, "z0").unwrap(), b"v");
+    assert!(s.get(b"b", b"a000").unwrap_err().is_corruption());
+    s.close().unwrap();
+    let s = open(&disk, &c).unwrap();
+    assert_eq!(value(&s, "after").unwrap(), b"v");
+    s.close().unwrap();
+}
+
+/// Bug 10: open refolded every head to rebuild the AAE tree, so its time grew with the data. A
+/// clean close now saves the tree and a reopen loads it without a fold; after a crash the tree is
+/// rebuilt in the background while the store serves.
+#[test]
+fn a_clean_reopen_loads_the_aae_tree_and_a_crash_rebuilds_it_in_the_background() {
+    let disk = SimDisk::new();
+    let c = cfg(SyncMode::Sync);
+    let s = open(&disk, &c).unwrap();
+    for i in 0..300 {
+        s.put(
+            b"b",
+            format!("k{i}").as_bytes(),
+            b"v",
+            format!("c{i}").as_bytes(),
+            &[],
+        )
+        .unwrap();
+    }
+    let t = s.aae_tree().unwrap();
+    s.close().unwrap();
+    let s = open(&disk, &c).unwrap();
+    assert_eq!(s.aae_tree().unwrap(), t, "the saved tree is served at once");
+    assert_eq!(
+        s.stats().aae_rebuilds,
+        0,
+        "a clean reopen must not fold the ledger"
+    );
+    s.put(b"b", b"k1", b"v2", b"c-new", &[]).unwrap();
+    let t2 = s.aae_tree().unwrap();
+    assert_ne!(t2, t);
+    s.simulate_crash();
+    let s = open(&disk, &c).unwrap();
+    s.put(b"b", b"served", b"v", b"", &[]).unwrap(); // writes go on while it rebuilds
+    s.delete(b"b", b"served", b"", &[]).unwrap();
+    assert!(s.wait_for_aae(Duration::from_secs(60)).unwrap());
+    assert_eq!(
+        s.aae_tree().unwrap(),
+        t2,
+        "the rebuilt tree differs from the true one"
+    );
+    assert_eq!(s.stats().aae_rebuilds, 1);
+    s.close().unwrap();
+}

@@ -233,6 +233,8 @@ pub(crate) struct Table {
     file: Arc<dyn StorageFile>,
     loaded: std::result::Result<Loaded, String>,
     obsolete: std::sync::atomic::AtomicBool,
+    /// Offsets of data blocks found damaged (each logged once), for `Stats`.
+    damaged: parking_lot::Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl Drop for Table {
@@ -260,6 +262,7 @@ impl Table {
             file,
             loaded,
             obsolete: std::sync::atomic::AtomicBool::new(false),
+            damaged: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -316,6 +319,12 @@ impl Table {
         Ok(Loaded { index, bloom })
     }
 
+    /// Damaged parts found so far: data blocks that failed their checksum, plus one if the
+    /// index, bloom or footer could not be loaded.
+    pub(crate) fn damaged_blocks(&self) -> u64 {
+        self.damaged.lock().len() as u64 + u64::from(self.loaded.is_err())
+    }
+
     fn loaded(&self) -> Result<&Loaded> {
         self.loaded.as_ref().map_err(|e| {
             Error::Corruption(format!("SST {} is unreadable: {e}", self.path.display()))
@@ -339,6 +348,13 @@ impl Table {
         })?;
         let n = unseal(&buf, "SST data block")
             .map_err(|e| {
+                if self.damaged.lock().insert(h.offset) {
+                    log::error!(
+                        "SST {}: damaged data block at offset {}: {e}; reads of its keys fail",
+                        self.path.display(),
+                        h.offset
+                    );
+                }
                 Error::Corruption(format!(
                     "{} at offset {}: {e}",
                     self.path.display(),

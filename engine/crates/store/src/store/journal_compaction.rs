@@ -1,0 +1,249 @@
+//! Journal compaction: score closed segments, rewrite a chosen run's live records (original
+//! SQNs) into new segments, swap them in; and the daily scheduler.
+
+use super::*;
+
+impl Inner {
+    /// No journal record at or below this SQN is needed by any recovery path: every manifest
+    /// generation a later open might use has persisted it in the ledger.
+    pub(super) fn protected_sqn(&self) -> Sqn {
+        let floor = self
+            .manifest
+            .lock()
+            .persisted_history
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0);
+        floor.min(self.persisted_sqn.load(Ordering::Acquire))
+    }
+
+    /// Whether the record may still be needed: the ledger points at it, replay may need it, or the
+    /// write that replaced it is not yet durable (a power cut would lose that write and leave the
+    /// ledger pointing here again).
+    pub(super) fn record_is_live(
+        &self,
+        sqn: Sqn,
+        ledger_key: &[u8],
+        protected: Sqn,
+    ) -> Result<bool> {
+        if sqn > protected {
+            return Ok(true);
+        }
+        let durable = self.sync.lock().synced;
+        Ok(self
+            .lookup(ledger_key)?
+            .is_some_and(|v| v.sqn == sqn || v.sqn > durable))
+    }
+
+    /// Percentage of a segment's bytes still live, from a contiguous sample of its records.
+    pub(super) fn score_segment(&self, seg: &Segment, protected: Sqn, seed: u64) -> Result<f64> {
+        let entries = seg.entries();
+        if entries.is_empty() {
+            return Ok(100.0);
+        }
+        let n = self.cfg.compaction_sample_records.min(entries.len());
+        let start = (seed as usize) % (entries.len() - n + 1);
+        let (mut live, mut total) = (0u64, 0u64);
+        for e in &entries[start..start + n] {
+            let raw = seg.read_raw(*e)?;
+            let rec = record::decode(&raw)?;
+            total += e.len as u64;
+            if self.record_is_live(rec.sqn, rec.ledger_key, protected)? {
+                live += e.len as u64;
+            }
+        }
+        Ok(live as f64 * 100.0 / total.max(1) as f64)
+    }
+
+    pub(super) fn compact_journal(&self) -> Result<CompactionReport> {
+        let Some(_running) = self.compaction_lock.try_lock() else {
+            return Err(Error::Busy(
+                "a journal compaction is already running".into(),
+            ));
+        };
+        self.c.compaction_active.store(1, Ordering::Relaxed);
+        let result = self.compact_journal_locked();
+        self.c.compaction_active.store(0, Ordering::Relaxed);
+        result
+    }
+
+    pub(super) fn compact_journal_locked(&self) -> Result<CompactionReport> {
+        let started = Instant::now();
+        let protected = self.protected_sqn();
+        let candidates: Vec<Arc<Segment>> = self
+            .journal
+            .segments()
+            .into_iter()
+            .take_while(|s| s.is_closed() && s.last_sqn().is_some_and(|l| l <= protected))
+            .collect();
+        let seed = now_micros();
+        let scores = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.score_segment(s, protected, seed.wrapping_add(i as u64 * 7919)))
+            .collect::<Result<Vec<f64>>>()?;
+        let mut report = CompactionReport {
+            scores: scores.clone(),
+            ..CompactionReport::default()
+        };
+        let Some((at, len)) = crate::compaction::choose(&scores, &self.cfg.compaction) else {
+            return Ok(report);
+        };
+        let run = &candidates[at..at + len];
+        report.compacted_segments = run.iter().map(|s| s.id).collect();
+        report.bytes_before = run.iter().map(|s| s.disk_bytes()).sum();
+        let dir = self.journal.dir.clone();
+        let mut outputs: Vec<Arc<Segment>> = Vec::new();
+        let mut writer: Option<JournalWriter> = None;
+        let new_output = || -> Result<JournalWriter> {
+            let id = {
+                let mut w = self.write.lock();
+                w.next_segment_id += 1;
+                w.next_segment_id - 1
+            };
+            let (seg, file) = Segment::create_output(&self.disk, &dir, id)?;
+            Ok(JournalWriter {
+                seg,
+                file,
+                size: 0,
+                records: 0,
+            })
+        };
+        let mut moved = 0u64;
+        let rewrite = (|| -> Result<()> {
+            for seg in run {
+                for e in seg.entries() {
+                    if self.closed.load(Ordering::Acquire) {
+                        return Err(Error::Closed);
+                    }
+                    let raw = seg.read_raw(e)?;
+                    let rec = record::decode(&raw).map_err(|err| {
+                        Error::Corruption(format!(
+                            "compacting {} (sqn {}): {err}",
+                            seg.path.display(),
+                            e.sqn
+                        ))
+                    })?;
+                    if !self.record_is_live(rec.sqn, rec.ledger_key, protected)? {
+                        report.records_dropped += 1;
+                        continue;
+                    }
+                    if writer.as_ref().is_none_or(|w| {
+                        w.full(
+                            self.cfg.journal_segment_bytes,
+                            self.cfg.journal_segment_records,
+                        )
+                    }) {
+                        if let Some(w) = writer.take() {
+                            JournalWriter::sync(&*w.file)?;
+                            w.seg.close(&dir)?;
+                        }
+                        let w = new_output()?;
+                        outputs.push(w.seg.clone());
+                        writer = Some(w);
+                    }
+                    writer.as_mut().unwrap().append(rec.sqn, &raw)?;
+                    self.c
+                        .journal_bytes
+                        .fetch_add(raw.len() as u64, Ordering::Relaxed);
+                    report.records_kept += 1;
+                    moved += 2 * raw.len() as u64;
+                    if let Some(rate) = self.cfg.compaction_bytes_per_sec.filter(|r| *r > 0) {
+                        let due = Duration::from_secs_f64(moved as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            // Woken by close, which waits for this run to stop.
+                            let mut bg = self.bg.lock();
+                            if !self.closed.load(Ordering::Acquire) {
+                                self.bg_cv.wait_for(&mut bg, wait);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(w) = writer.take() {
+                JournalWriter::sync(&*w.file)?;
+                w.seg.close(&dir)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = rewrite {
+            for o in &outputs {
+                remove_if_exists(&*self.disk, &segment::cseg_path(&dir, o.id))?;
+                remove_if_exists(&*self.disk, &segment::idx_path(&dir, o.id))?;
+            }
+            return Err(e);
+        }
+        report.bytes_after = outputs.iter().map(|s| s.disk_bytes()).sum();
+        self.journal.replace(run, outputs.clone());
+        self.write_manifest(Vec::new())?;
+        for o in &outputs {
+            self.disk
+                .rename(
+                    &segment::cseg_path(&dir, o.id),
+                    &segment::seg_path(&dir, o.id),
+                )
+                .ctx(|| format!("renaming compaction output {}", o.id))?;
+        }
+        sync_dir(&*self.disk, &dir)?;
+        for s in run {
+            s.mark_obsolete();
+        }
+        report.seconds = started.elapsed().as_secs_f64();
+        self.c.compaction_runs.fetch_add(1, Ordering::Relaxed);
+        self.c.compaction_reclaimed.fetch_add(
+            report.bytes_before.saturating_sub(report.bytes_after),
+            Ordering::Relaxed,
+        );
+        log::info!(
+            "journal compaction: segments {:?} ({} bytes) -> {} bytes, {} records kept, {} dropped, {:.2} s",
+            report.compacted_segments,
+            report.bytes_before,
+            report.bytes_after,
+            report.records_kept,
+            report.records_dropped,
+            report.seconds
+        );
+        Ok(report)
+    }
+
+    /// Run `compact_journal` at the scheduled slots until shutdown.
+    pub(super) fn scheduler(self: Arc<Self>) {
+        let (start_hour, end_hour) = self.cfg.compaction_window;
+        let seed = crc32c::crc32c(self.dir.to_string_lossy().as_bytes()) as u64;
+        loop {
+            let now = now_micros() / 1_000_000;
+            let day = now - now % 86_400;
+            let runs = self.cfg.compaction_runs_per_day;
+            let next = crate::compaction::day_schedule(day, start_hour, end_hour, runs, seed)
+                .into_iter()
+                .chain(crate::compaction::day_schedule(
+                    day + 86_400,
+                    start_hour,
+                    end_hour,
+                    runs,
+                    seed,
+                ))
+                .find(|&t| t > now);
+            let Some(next) = next else { return };
+            {
+                let mut bg = self.bg.lock();
+                loop {
+                    if bg.shutdown || self.closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let now = now_micros() / 1_000_000;
+                    if now >= next {
+                        break;
+                    }
+                    self.bg_cv
+                        .wait_for(&mut bg, Duration::from_secs((next - now).min(60)));
+                }
+            }
+            match self.compact_journal() {
+                Ok(_) | Err(Error::Busy(_)) | Err(Error::Closed) => {}
+                Err(e) => log::error!("scheduled journal compaction failed: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! `Store`: the public API, a thin layer over the concerns in this folder, and the state they share
+//! (`Inner`):
+//! - `recovery`: open — manifest, tables, journal segments, replay, the checks that nothing
+//!   acknowledged is silently missing;
+//! - `write_path`: journal append, memtable apply, group commit, stalls, the poisoning rule;
+//! - `ledger_worker`: memtable flushes, level merges, manifest version edits;
+//! - `journal_compaction`: scoring, rewriting and swapping journal segments, the scheduler;
+//! - `aae_upkeep`: the per-write tree delta, the saved tree, background rebuilds;
+//! - `snapshots`: consistent views and the release of expired ones;
+//! - `shutdown`: close and the crash stand-in; `stats`: counters.
+//!
+//! Lock order: a thread holding a lock takes only locks to its right, never one to its left:
+//! `compaction_lock` → `write` → `journal_sync_gate` → `active_journal`;
+//! `write` → `aae`; `write` → `mem`; `write` → `manifest` → `version`;
+//! `bg` → `mem` and `bg` → `version` (stall and settle checks read them under `bg`);
+//! `snapshots` → a snapshot's view → its fold slots.
+//! `sync` and `bg` are leaves: each is held alone, never while taking the other or any lock above
+//! (`poison_journal` takes them one after the other). `mem` and `version` are never nested.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::aae::{self, AaeKeyHash, AaeState, AaeTree};
+use crate::config::{Config, SyncMode, NUM_LEVELS};
+use crate::error::{Error, IoContext, Result};
+use crate::fsutil::{create_dir_durable, remove_if_exists, sync_dir};
+use crate::journal::record::{self, Kind, RecordView};
+use crate::journal::segment::{self, IdxEntry, ScanEnd, Segment};
+use crate::journal::{Journal, JournalWriter};
+use crate::keys::{self, IndexChange, IndexOp};
+use crate::ledger::memtable::Memtable;
+use crate::ledger::sst::{sst_path, Table, TableBuilder};
+use crate::ledger::value::LedgerValue;
+use crate::ledger::{merge_backlog, pick_merge, run_merge, Version};
+use crate::manifest::{self, Manifest, SegmentEntry, KEEP};
+use crate::snapshot::{
+    FoldedHead, HeadFoldOptions, IndexPage, IndexQuery, SnapInner, Snapshot, SnapshotKind,
+};
+use crate::storage::{Disk, LockGuard, RealStorage, StorageFile};
+use crate::view::View;
+
+mod aae_upkeep;
+mod journal_compaction;
+mod ledger_worker;
+mod recovery;
+mod shutdown;
+mod snapshots;
+mod stats;
+mod write_path;
+
+use stats::Counters;
+pub use stats::Stats;
+use write_path::{apply, Applied};
+
+/// Sequence number: one per write, shared by the object and its index entries.
+pub type Sqn = u64;
+
+/// Largest total size of the index changes of one write.
+pub const MAX_INDEX_CHANGE_BYTES: usize = 4 << 20;
+
+/// An object returned by `get`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    pub sqn: Sqn,
+    pub value: Vec<u8>,
+    pub metadata: Vec<u8>,
+}
+
+/// What `head` returns: everything the ledger knows, without the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub sqn: Sqn,
+    pub value_size: u32,
+    /// CRC32C of the value.
+    pub value_hash: u32,
+    pub metadata: Vec<u8>,
+}
+
+/// What one journal compaction did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactionReport {
+    /// Live percentage of each candidate segment, in journal order.
+    pub scores: Vec<f64>,
+    /// Ids of the segments rewritten (empty when no run was worth it).
+    pub compacted_segments: Vec<u64>,
+    pub records_kept: u64,
+    pub records_dropped: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub seconds: f64,
+}
+
+struct MemState {
+    active: Arc<Memtable>,
+    /// Frozen memtables waiting for flush, oldest first.
+    immutables: VecDeque<Arc<Memtable>>,
+}
+
+struct WriteState {
+    journal: JournalWriter,
+    next_sqn: Sqn,
+    next_segment_id: u64,
+    buf: Vec<u8>,
+    /// Bytes appended since the last background-sync request (`journal_bytes_per_sync`).
+    unsynced_bytes: u64,
+    /// Journal bytes appended since the active memtable was last frozen: a cap on it bounds what
+    /// recovery replays after a crash (`Config::max_unflushed_journal_bytes`).
+    unflushed_journal_bytes: u64,
+}
+
+struct ManifestState {
+    generation: u64,
+    /// Tables dropped from the version by manifest generation `g`; their files go once every kept
+    /// manifest generation no longer lists them.
+    pending: VecDeque<(u64, Vec<Arc<Table>>)>,
+    /// `persisted_sqn` of the manifest generations on disk, oldest first.
+    persisted_history: VecDeque<u64>,
+}
+
+struct SyncState {
+    /// Every SQN up to this one is on disk.
+    synced: Sqn,
+    /// Highest SQN a writer is waiting for.
+    requested: Sqn,
+    shutdown: bool,
+    /// An fdatasync failed: the page cache may have dropped the data, so no later sync can be
+    /// trusted to cover it. Writers get this error until the store is reopened.
+    failed: Option<String>,
+}
+
+struct Bg {
+    /// A merge met a damaged table: merges stop (flushes go on) until a reopen.
+    merge_blocked: Option<String>,
+    shutdown: bool,
+    /// Stop at once without flushing (simulated crash).
+    abandon: bool,
+    error: Option<String>,
+    cursors: Vec<Vec<u8>>,
+}
+
+struct Inner {
+    disk: Disk,
+    dir: PathBuf,
+    ledger_dir: PathBuf,
+    cfg: Config,
+    journal: Arc<Journal>,
+    write: Mutex<WriteState>,
+    /// The active segment's file, replaced on a roll. The syncer and the flush worker sync it
+    /// without the write lock, so they never wait behind writers (or behind close, which holds
+    /// that lock while it joins the worker).
+    active_journal: Mutex<Arc<dyn StorageFile>>,
+    /// Held across every fdatasync of the active segment (group commit, background sync, flush,
+    /// roll, close) together with its poisoning decision, so no sync can succeed over bytes an
+    /// earlier failed sync dropped before the store is marked poisoned.
+    journal_sync_gate: Mutex<()>,
+    aae: Option<Mutex<AaeState>>,
+    compaction_lock: Mutex<()>,
+    snapshots: Mutex<Vec<std::sync::Weak<SnapInner>>>,
+    mem: RwLock<MemState>,
+    version: RwLock<Arc<Version>>,
+    persisted_sqn: AtomicU64,
+    last_sqn: AtomicU64,
+    next_file_id: AtomicU64,
+    manifest: Mutex<ManifestState>,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    syncer_cv: Condvar,
+    bg: Mutex<Bg>,
+    bg_cv: Condvar,
+    done_cv: Condvar,
+    closed: AtomicBool,
+    c: Counters,
+}
+
+/// A value-separated key-value store. Cheap to share: all methods take `&self` and are safe to call
+/// from many threads at once.
+pub struct Store {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    syncer: Mutex<Option<JoinHandle<()>>>,
+    scheduler: Mutex<Option<JoinHandle<()>>>,
+    /// Rebuilds the AAE tree in the background after an open that found no current tree file.
+    aae_builder: Mutex<Option<JoinHandle<()>>>,
+    lock: Mutex<Option<LockGuard>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+/// µs since the Unix epoch.
+pub(crate) fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Store `value` under (bucket, key) with `metadata` (e.g. a version vector) and index changes,
+    /// all under one SQN. Returns that SQN once the write is as durable as `sync_on_write` promises.
+    pub fn put(
+        &self,
+        bucket: &[u8],
+        key: &[u8],
+        value: &[u8],
+        metadata: &[u8],
+        index_changes: &[IndexChange],
+    ) -> Result<Sqn> {
+        if value.len() > self.inner.cfg.max_value_bytes {
+            return Err(Error::ValueTooLarge {
+                size: value.len(),
+                limit: self.inner.cfg.max_value_bytes,
+            });
+        }
+        self.inner
+            .write(Kind::Put, bucket, key, value, metadata, index_changes)
+    }
+
+    /// Write a tombstone for (bucket, key). `metadata` is kept with the tombstone.
+    pub fn delete(
+        &self,
+        bucket: &[u8],
+        key: &[u8],
+        metadata: &[u8],
+        index_changes: &[IndexChange],
+    ) -> Result<Sqn> {
+        self.inner
+            .write(Kind::Delete, bucket, key, &[], metadata, index_changes)
+    }
+
+    /// The object stored under (bucket, key): one ledger lookup plus one journal read.
+    pub fn get(&self, bucket: &[u8], key: &[u8]) -> Result<Option<Object>> {
+        let i = &self.inner;
+        i.check_open()?;
+        keys::validate_bucket(bucket)?;
+        keys::validate_key(key)?;
+        i.c.gets.fetch_add(1, Ordering::Relaxed);
+        let lk = keys::object_key(bucket, key);
+        // The segment list first: a journal compaction that drops the record after the ledger
+        // lookup below (because a newer write replaced it) cannot take it from this list.
+        let segments = i.journal.segments();
+        let Some(lv) = i.lookup(&lk)? else {
+            return Ok(None);
+        };
+        if lv.tombstone {
+            return Ok(None);
+        }
+        let rec = i.journal.read_pinned(&segments, lv.sqn, &lk)?;
+        if rec.value.len() != lv.value_size as usize || crc32c::crc32c(&rec.value) != lv.value_hash
+        {
+            return Err(Error::Corruption(format!(
+                "value of sqn {} does not match the size/hash the ledger recorded",
+                lv.sqn
+            )));
+        }
+        Ok(Some(Object {
+            sqn: lv.sqn,
+            value: rec.value,
+            metadata: lv.metadata,
+        }))
+    }
+
+    /// Metadata of (bucket, key) from the ledger alone; never reads the journal.
+    pub fn head(&self, bucket: &[u8], key: &[u8]) -> Result<Option<Head>> {
+        let i = &self.inner;
+        i.check_open()?;
+        keys::validate_bucket(bucket)?;
+        keys::validate_key(key)?;
+        i.c.heads.fetch_add(1, Ordering::Relaxed);
+        let lk = keys::object_key(bucket, key);
+        Ok(i.lookup(&lk)?.filter(|v| !v.tombstone).map(|v| Head {
+            sqn: v.sqn,
+            value_size: v.value_size,
+            value_hash: v.value_hash,
+            metadata: v.metadata,
+        }))
+    }
+
+    /// Flush the ledger memtable to an SST and wait until it is persisted.
+    pub fn flush(&self) -> Result<()> {
+        let i = &self.inner;
+        i.check_open()?;
+        let target = {
+            let _w = i.write.lock();
+            i.rotate_memtable();
+            i.last_sqn.load(Ordering::Acquire)
+        };
+        let mut bg = i.bg.lock();
+        i.bg_cv.notify_all();
+        while i.persisted_sqn.load(Ordering::Acquire) < target {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            i.done_cv.wait_for(&mut bg, Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Wait until the ledger has nothing left to flush or merge: no frozen memtable and every level
+    /// within its target size. Returns `Ok(false)` if `timeout` passes first. Merges run in the
+    /// background; this is for operators and tests that need the ledger settled (for example
+    /// before measuring its shape), not for normal writes.
+    pub fn wait_for_merges(&self, timeout: Duration) -> Result<bool> {
+        let i = &self.inner;
+        i.check_open()?;
+        let deadline = Instant::now() + timeout;
+        let mut bg = i.bg.lock();
+        loop {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            let settled = i.mem.read().immutables.is_empty()
+                && pick_merge(&i.version.read().metas(), &i.cfg, &bg.cursors).is_none();
+            if settled {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            i.bg_cv.notify_all();
+            i.done_cv.wait_for(&mut bg, Duration::from_millis(50));
+        }
+    }
+
+    /// A point-in-time view for queries and folds; writes continue meanwhile.
+    pub fn snapshot(&self, kind: SnapshotKind) -> Result<Snapshot> {
+        self.inner.snapshot(kind)
+    }
+
+    /// Secondary-index range query on a fresh query snapshot.
+    pub fn index_query(&self, q: &IndexQuery) -> Result<IndexPage> {
+        self.inner.snapshot(SnapshotKind::Query)?.index_query(q)
+    }
+
+    /// Score the closed journal segments, choose a run with `Config::compaction` thresholds and
+    /// rewrite its live records (original SQNs) into new segments. Never touches the ledger.
+    /// `Error::Busy` if a compaction is already running.
+    pub fn compact_journal(&self) -> Result<CompactionReport> {
+        self.inner.check_open()?;
+        self.inner.compact_journal()
+    }
+
+    /// A copy of the AAE tree.
+    pub fn aae_tree(&self) -> Result<AaeTree> {
+        self.inner.check_open()?;
+        let aae = self
+            .inner
+            .aae
+            .as_ref()
+            .ok_or_else(|| Error::InvalidConfig("AAE is disabled (aae_segments = 0)".into()))?;
+        let a = aae.lock();
+        if let Some(why) = &a.unavailable {
+            return Err(Error::Busy(format!("the AAE tree is unavailable: {why}")));
+        }
+        Ok(AaeTree::new(a.leaves.clone(), a.branch_width))
+    }
+
+    /// Wait until the AAE tree can be served (after an open that found no current tree file it
+    /// is rebuilt in the background). `Ok(false)` if `timeout` passes first; `Error::Busy` with
+    /// the reason if the rebuild failed.
+    pub fn wait_for_aae(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.aae_tree() {
+                Ok(_) => return Ok(true),
+                Err(Error::Busy(why)) => {
+                    let running = self
+                        .aae_builder
+                        .lock()
+                        .as_ref()
+                        .is_some_and(|h| !h.is_finished());
+                    if !running && !why.contains("being rebuilt") {
+                        return Err(Error::Busy(why));
+                    }
+                    if Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// (bucket, key, leaf hash) of every live object in the given AAE segments.
+    pub fn aae_keys_in_segments(&self, segments: &[u32]) -> Result<Vec<AaeKeyHash>> {
+        let count = self.aae_tree()?.segment_count();
+        let snap = self.inner.snapshot(SnapshotKind::Fold)?;
+        let opts = HeadFoldOptions {
+            segments: Some(segments.to_vec()),
+            segment_count: count,
+            ..HeadFoldOptions::default()
+        };
+        snap.fold_heads(&opts)?
+            .map(|h| {
+                h.map(|FoldedHead { bucket, key, head }| {
+                    let hash = aae::leaf_hash(&bucket, &key, &head.metadata);
+                    AaeKeyHash { bucket, key, hash }
+                })
+            })
+            .collect()
+    }
+
+    /// Rebuild the AAE tree from a fold of heads (optionally checking each object's journal record
+    /// exists) without pausing writes. Returns how long it took.
+    pub fn rebuild_aae(&self, journal_check: bool) -> Result<Duration> {
+        self.inner.check_open()?;
+        self.inner.rebuild_aae(journal_check)
+    }
+
+    /// The directory this store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("closing store {}: {e}", self.inner.dir.display());
+        }
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn poisoned(&self) -> Option<String> {
+        self.bg.lock().error.clone()
+    }
+
+    fn lookup(&self, lk: &[u8]) -> Result<Option<LedgerValue>> {
+        // Memtables before the version: a flush publishes its table before it retires the memtable.
+        let (active, frozen) = {
+            let m = self.mem.read();
+            (m.active.clone(), m.immutables.clone())
+        };
+        if let Some(v) = active.get(lk, u64::MAX) {
+            return Ok(Some(v));
+        }
+        for m in frozen.iter().rev() {
+            if let Some(v) = m.get(lk, u64::MAX) {
+                return Ok(Some(v));
+            }
+        }
+        let version = self.version.read().clone();
+        version.get(lk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_open_of_a_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+        match Store::open(d.path(), Config::small_for_tests()) {
+            Err(Error::Locked { .. }) => {}
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        s.close().unwrap();
+        let again = Store::open(d.path(), Config::small_for_tests()).unwrap();
+        again.close().unwrap();
+    }
+}

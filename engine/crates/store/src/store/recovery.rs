@@ -1,0 +1,384 @@
+//! Opening a store: the newest usable manifest and its tables, the journal segments (indexes
+//! loaded or rebuilt by scanning, torn tails cut), replay of what the ledger had not persisted, and
+//! the checks that no acknowledged write is silently missing.
+
+use super::*;
+
+pub(super) fn list_ids(disk: &Disk, dir: &Path, ext: &str) -> Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for name in disk
+        .list_dir(dir)
+        .ctx(|| format!("listing {}", dir.display()))?
+    {
+        if let Some(stem) = name.strip_suffix(ext) {
+            if let Ok(id) = stem.parse::<u64>() {
+                ids.push(id);
+            }
+        } else if name.ends_with(".tmp") {
+            remove_if_exists(&**disk, &dir.join(&name))?;
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+impl Store {
+    /// Open (or create) a store in `dir`, recovering from the journal whatever the ledger had not
+    /// persisted.
+    pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Store> {
+        Self::open_on(RealStorage::shared(), dir, cfg)
+    }
+
+    /// `open` on a given storage layer (the real filesystem, or a simulated disk in tests).
+    pub fn open_on(disk: Disk, dir: impl AsRef<Path>, cfg: Config) -> Result<Store> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let journal_dir = dir.join("journal");
+        let ledger_dir = dir.join("ledger");
+        for d in [&dir, &journal_dir, &ledger_dir] {
+            create_dir_durable(&*disk, d)?;
+        }
+        let lock_path = dir.join("LOCK");
+        let lock = match disk.lock(&lock_path) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(Error::Locked { path: dir.clone() })
+            }
+            Err(e) => {
+                return Err(Error::Io {
+                    context: format!("locking {}", lock_path.display()),
+                    source: e,
+                })
+            }
+        };
+
+        // Ledger: the newest usable manifest, its tables, and nothing else.
+        let loaded = manifest::load(&*disk, &dir, &ledger_dir)?;
+        let newest_gen = manifest::list(&*disk, &dir)?.first().copied().unwrap_or(0);
+        let m = loaded.unwrap_or_else(|| Manifest {
+            levels: vec![Vec::new(); NUM_LEVELS],
+            ..Manifest::default()
+        });
+        let persisted = m.persisted_sqn;
+        let mut max_file_id = m.next_file_id;
+        let live: std::collections::HashSet<u64> =
+            m.levels.iter().flatten().map(|t| t.id).collect();
+        for id in list_ids(&disk, &ledger_dir, ".sst")? {
+            if !live.contains(&id) {
+                log::info!("removing ledger file {id} that no manifest lists");
+                remove_if_exists(&*disk, &sst_path(&ledger_dir, id))?;
+            }
+            max_file_id = max_file_id.max(id + 1);
+        }
+        let mut version = Version::empty();
+        for (l, tables) in m.levels.iter().enumerate() {
+            for t in tables {
+                version.levels[l].push(Arc::new(Table::open(&disk, &ledger_dir, t.clone())?));
+            }
+        }
+
+        // Journal: index every segment and replay what the ledger had not persisted.
+        let mut mem = MemState {
+            active: Arc::new(Memtable::default()),
+            immutables: VecDeque::new(),
+        };
+        let mut max_sqn = persisted;
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        // Compaction outputs the manifest lists complete their rename; unlisted ones are leftovers
+        // of an interrupted compaction, as are unlisted segments older than the newest listed one
+        // (replaced by a compaction whose old files were not yet deleted).
+        let listed: std::collections::HashSet<u64> = m.segments.iter().map(|s| s.id).collect();
+        let max_listed = listed.iter().copied().max();
+        for id in list_ids(&disk, &journal_dir, ".cseg")? {
+            let cseg = segment::cseg_path(&journal_dir, id);
+            if listed.contains(&id) {
+                disk.rename(&cseg, &segment::seg_path(&journal_dir, id))
+                    .ctx(|| format!("renaming {}", cseg.display()))?;
+            } else {
+                log::info!(
+                    "removing {} left by an interrupted journal compaction",
+                    cseg.display()
+                );
+                remove_if_exists(&*disk, &cseg)?;
+                remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
+            }
+        }
+        sync_dir(&*disk, &journal_dir)?;
+        let mut ids = Vec::new();
+        for id in list_ids(&disk, &journal_dir, ".seg")? {
+            if !listed.contains(&id) && max_listed.is_some_and(|m| id < m) {
+                log::info!("removing journal segment {id} replaced by compaction");
+                remove_if_exists(&*disk, &segment::seg_path(&journal_dir, id))?;
+                remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
+            } else {
+                ids.push(id);
+            }
+        }
+        // Every segment that holds SQNs the ledger has not persisted must still be there: a missing
+        // one would silently drop acknowledged writes.
+        for s in m
+            .segments
+            .iter()
+            .filter(|s| !s.closed || s.last_sqn > persisted)
+        {
+            let present = disk.exists(&segment::seg_path(&journal_dir, s.id))
+                || disk.exists(&segment::cseg_path(&journal_dir, s.id));
+            if !present {
+                return Err(Error::Corruption(format!(
+                    "journal segment {} (SQNs {}..{}) is listed in the manifest but missing from {}; \
+                     the ledger has persisted only up to SQN {persisted}, so writes would be lost",
+                    s.id,
+                    s.first_sqn,
+                    s.last_sqn,
+                    journal_dir.display()
+                )));
+            }
+        }
+        // Replayed SQNs must follow the ledger's without a gap (nothing above `persisted` is ever
+        // compacted away): a gap means journal records are missing.
+        let mut empty_segments = Vec::new();
+        let mut next_replay = persisted + 1;
+        let mut gap: Option<(Sqn, Sqn)> = None;
+        let mut replay = |mem: &mut MemState, view: &RecordView<'_>| {
+            if view.sqn != next_replay && gap.is_none() {
+                gap = Some((next_replay, view.sqn));
+            }
+            next_replay = view.sqn + 1;
+            apply(&mem.active, &Applied::from_record(view));
+            if mem.active.bytes() >= cfg.memtable_bytes {
+                let full = std::mem::take(&mut mem.active);
+                mem.immutables.push_back(full);
+            }
+        };
+        for (i, &id) in ids.iter().enumerate() {
+            let is_last = i + 1 == ids.len();
+            let listed_closed = m.segments.iter().any(|s| s.id == id && s.closed);
+            let idx = if listed_closed || !is_last {
+                segment::load_index(&*disk, &journal_dir, id)?
+            } else {
+                None
+            };
+            let seg = if let Some(entries) = idx {
+                let seg = Segment::open(&disk, &journal_dir, id, entries, true)?;
+                for e in seg.entries().into_iter().filter(|e| e.sqn > persisted) {
+                    let raw = seg.read_raw(e)?;
+                    let view = record::decode(&raw).map_err(|err| {
+                        Error::Corruption(format!(
+                            "journal segment {} record sqn {} (not yet in the ledger): {err}",
+                            seg.path.display(),
+                            e.sqn
+                        ))
+                    })?;
+                    replay(&mut mem, &view);
+                }
+                seg
+            } else {
+                let path = segment::seg_path(&journal_dir, id);
+                let mut entries: Vec<IdxEntry> = Vec::new();
+                let mut start = 0u64;
+                loop {
+                    let before = entries.len();
+                    let last = entries.last().map(|e| e.sqn).unwrap_or(0);
+                    let end = segment::scan(&*disk, &path, start, last, |e, view| {
+                        entries.push(e);
+                        if view.sqn > persisted {
+                            replay(&mut mem, view);
+                        }
+                        Ok(())
+                    })?;
+                    if start > 0 {
+                        // We skipped a damaged record: safe only if it was already in the ledger.
+                        let next = entries.get(before).map(|e| e.sqn).unwrap_or(u64::MAX);
+                        if next.saturating_sub(1) > persisted {
+                            return Err(Error::Corruption(format!(
+                                "journal segment {} has a damaged record before sqn {next} that the \
+                                 ledger had not yet persisted (persisted up to {persisted})",
+                                path.display()
+                            )));
+                        }
+                    }
+                    // In the segment that was active (the manifest does not list it closed; a
+                    // compaction output may have a higher id), a record whose header was never written
+                    // (zeros) is writeback lost to a failed fdatasync or a power cut, even with
+                    // later records after it: a successful sync covering those would have made
+                    // this range durable too, so none of them was acknowledged as durable. Cut
+                    // the segment there. Any other damage is corruption.
+                    let end = match end {
+                        ScanEnd::Corrupt {
+                            offset,
+                            reason,
+                            next_valid,
+                        } if !listed_closed && segment::zero_header_at(&*disk, &path, offset)? => {
+                            log::warn!(
+                                "journal segment {}: never-written bytes at offset {offset} with records \
+                                 after them at {next_valid}: lost writeback, none of it acknowledged",
+                                path.display()
+                            );
+                            ScanEnd::TornTail { offset, reason }
+                        }
+                        other => other,
+                    };
+                    match end {
+                        ScanEnd::Clean => break,
+                        ScanEnd::TornTail { offset, reason } => {
+                            log::warn!(
+                                "journal segment {}: torn tail at offset {offset} ({reason}); truncating",
+                                path.display()
+                            );
+                            let f = disk
+                                .open(&path, true)
+                                .ctx(|| format!("opening {}", path.display()))?;
+                            f.set_len(offset)
+                                .ctx(|| format!("truncating {}", path.display()))?;
+                            f.sync_data()
+                                .ctx(|| format!("syncing {}", path.display()))?;
+                            break;
+                        }
+                        ScanEnd::Corrupt {
+                            offset,
+                            reason,
+                            next_valid,
+                        } => {
+                            log::error!(
+                                "journal segment {}: damaged record at offset {offset} ({reason}); valid data resumes at {next_valid}",
+                                path.display()
+                            );
+                            start = next_valid;
+                        }
+                    }
+                }
+                let seg = Segment::open(&disk, &journal_dir, id, entries, false)?;
+                if seg.record_count() > 0 {
+                    // What the scan found may be only in the page cache (a process crash): make
+                    // it durable before anything (a flush, a compaction) relies on it.
+                    disk.open(&path, true)
+                        .and_then(|f| f.sync_data())
+                        .ctx(|| format!("syncing {}", path.display()))?;
+                    seg.close(&journal_dir)?;
+                }
+                seg
+            };
+            if let Some(last) = seg.last_sqn() {
+                max_sqn = max_sqn.max(last);
+                segments.push(seg);
+            } else {
+                // Removed only once a manifest that no longer lists it is on disk.
+                empty_segments.push(id);
+            }
+        }
+        if let Some((want, got)) = gap {
+            return Err(Error::Corruption(format!(
+                "journal records are missing: after the ledger's SQN {persisted} recovery expected \
+                 SQN {want} next but found {got} (a journal segment was lost or damaged)"
+            )));
+        }
+        // Compaction outputs carry new ids but old SQNs: order by SQN.
+        segments.sort_by_key(|s| s.first_sqn());
+        let next_segment_id = ids.last().map(|i| i + 1).unwrap_or(1);
+        let (active_seg, file) = Segment::create(&disk, &journal_dir, next_segment_id)?;
+        segments.push(active_seg.clone());
+        sync_dir(&*disk, &journal_dir)?;
+        let journal = Arc::new(Journal::new(journal_dir, segments));
+        let writer = JournalWriter {
+            seg: active_seg,
+            file,
+            size: 0,
+            records: 0,
+        };
+        let active_journal = Mutex::new(writer.file.clone());
+
+        let persisted_floor = manifest::persisted_floor(&*disk, &dir)?;
+        let inner = Arc::new(Inner {
+            disk,
+            dir,
+            ledger_dir,
+            journal,
+            active_journal,
+            journal_sync_gate: Mutex::new(()),
+            aae: (cfg.aae_segments > 0)
+                .then(|| Mutex::new(AaeState::new(cfg.aae_segments, cfg.aae_branch_width))),
+            snapshots: Mutex::new(Vec::new()),
+            compaction_lock: Mutex::new(()),
+            write: Mutex::new(WriteState {
+                journal: writer,
+                next_sqn: max_sqn + 1,
+                next_segment_id: next_segment_id + 1,
+                buf: Vec::new(),
+                unsynced_bytes: 0,
+                unflushed_journal_bytes: 0,
+            }),
+            mem: RwLock::new(mem),
+            version: RwLock::new(Arc::new(version)),
+            persisted_sqn: AtomicU64::new(persisted),
+            last_sqn: AtomicU64::new(max_sqn),
+            next_file_id: AtomicU64::new(max_file_id),
+            manifest: Mutex::new(ManifestState {
+                generation: newest_gen.max(m.generation),
+                pending: VecDeque::new(),
+                persisted_history: VecDeque::from([persisted_floor]),
+            }),
+            sync: Mutex::new(SyncState {
+                synced: max_sqn,
+                requested: max_sqn,
+                shutdown: false,
+                failed: None,
+            }),
+            sync_cv: Condvar::new(),
+            syncer_cv: Condvar::new(),
+            bg: Mutex::new(Bg {
+                merge_blocked: None,
+                shutdown: false,
+                abandon: false,
+                error: None,
+                cursors: vec![Vec::new(); NUM_LEVELS],
+            }),
+            bg_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+            c: Counters::default(),
+            cfg,
+        });
+        inner.write_manifest(Vec::new())?;
+        for id in empty_segments {
+            remove_if_exists(&*inner.disk, &segment::seg_path(&inner.journal.dir, id))?;
+            remove_if_exists(&*inner.disk, &segment::idx_path(&inner.journal.dir, id))?;
+        }
+        let aae_builder = inner.load_aae_tree(max_sqn)?;
+        let worker_inner = inner.clone();
+        let worker = std::thread::Builder::new()
+            .name("levee-ledger".into())
+            .spawn(move || worker_inner.worker())
+            .ctx(|| "starting the ledger worker".to_string())?;
+        let scheduler = if inner.cfg.compaction_runs_per_day > 0 {
+            let sched_inner = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("levee-journal-compaction".into())
+                    .spawn(move || sched_inner.scheduler())
+                    .ctx(|| "starting the compaction scheduler".to_string())?,
+            )
+        } else {
+            None
+        };
+        let syncer =
+            if inner.cfg.sync_on_write == SyncMode::Sync || inner.cfg.journal_bytes_per_sync > 0 {
+                let syncer_inner = inner.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("levee-journal-sync".into())
+                        .spawn(move || syncer_inner.syncer())
+                        .ctx(|| "starting the journal syncer".to_string())?,
+                )
+            } else {
+                None
+            };
+        Ok(Store {
+            inner,
+            worker: Mutex::new(Some(worker)),
+            syncer: Mutex::new(syncer),
+            scheduler: Mutex::new(scheduler),
+            aae_builder: Mutex::new(aae_builder),
+            lock: Mutex::new(Some(lock)),
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! Engine counters and sizes: `Stats` (the node exports them as Prometheus metrics).
+
+use super::*;
+
+/// Engine counters (the node exports them as Prometheus metrics).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub puts: u64,
+    pub deletes: u64,
+    pub gets: u64,
+    pub heads: u64,
+    /// Bytes of keys, values and metadata accepted from callers.
+    pub user_bytes_written: u64,
+    /// Bytes appended to journal segments.
+    pub journal_bytes_written: u64,
+    /// Bytes written to ledger SSTs by flushes and merges.
+    pub ledger_bytes_written: u64,
+    pub journal_disk_bytes: u64,
+    pub ledger_disk_bytes: u64,
+    /// Records read from the journal (GET reads one; HEAD none).
+    pub journal_reads: u64,
+    pub flushes: u64,
+    pub merges: u64,
+    /// Time writers spent waiting for flushes/merges to catch up.
+    pub write_stall_seconds: f64,
+    /// Longest single wait of a writer.
+    pub max_write_stall_seconds: f64,
+    /// Ledger files over their level targets.
+    pub ledger_merge_backlog: u64,
+    pub journal_fsyncs: u64,
+    /// Time spent in journal fdatasync calls.
+    pub journal_fsync_seconds: f64,
+    /// Segment rolls (sync of the old segment, its index, the new file) under the write lock.
+    pub journal_roll_seconds: f64,
+    /// Longest single roll: writers wait this long behind it.
+    pub max_journal_roll_seconds: f64,
+    pub aae_rebuilds: u64,
+    /// Duration of the last AAE rebuild.
+    pub aae_rebuild_seconds: f64,
+    /// Snapshots currently pinning files.
+    pub live_snapshots: u64,
+    pub journal_compaction_runs: u64,
+    pub journal_compaction_reclaimed_bytes: u64,
+    /// 1 while a journal compaction runs.
+    pub journal_compaction_active: u64,
+    pub persisted_sqn: Sqn,
+    pub last_sqn: Sqn,
+    /// Every journal record up to this SQN has been fdatasynced (by a group commit, the
+    /// background syncer, a segment roll, or before a memtable flush). Never below `persisted_sqn`
+    /// once a flush has completed.
+    pub journal_synced_sqn: Sqn,
+    pub journal_segments: u64,
+    pub ledger_files_per_level: Vec<u64>,
+    /// Damaged SST parts found so far (data blocks failing their checksum; an unreadable index,
+    /// bloom or footer counts one). Reads of their keys return `Error::Corruption`.
+    pub ledger_damaged_blocks: u64,
+    /// 1 when merges stopped because one met a damaged table (nothing is dropped: the table stays
+    /// as it is, and writers get an error instead of waiting once level 0 is full).
+    pub ledger_merges_blocked: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) puts: AtomicU64,
+    pub(super) deletes: AtomicU64,
+    pub(super) gets: AtomicU64,
+    pub(super) heads: AtomicU64,
+    pub(super) user_bytes: AtomicU64,
+    pub(super) journal_bytes: AtomicU64,
+    pub(super) ledger_bytes: AtomicU64,
+    pub(super) flushes: AtomicU64,
+    pub(super) merges: AtomicU64,
+    pub(super) stall_nanos: AtomicU64,
+    pub(super) max_stall_nanos: AtomicU64,
+    pub(super) fsyncs: AtomicU64,
+    pub(super) fsync_nanos: AtomicU64,
+    pub(super) roll_nanos: AtomicU64,
+    pub(super) max_roll_nanos: AtomicU64,
+    pub(super) aae_rebuilds: AtomicU64,
+    pub(super) aae_rebuild_nanos: AtomicU64,
+    pub(super) compaction_runs: AtomicU64,
+    pub(super) compaction_reclaimed: AtomicU64,
+    pub(super) compaction_active: AtomicU64,
+}
+
+impl Store {
+    /// Engine counters and sizes.
+    pub fn stats(&self) -> Stats {
+        let i = &self.inner;
+        let version = i.version.read().clone();
+        let c = &i.c;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            puts: l(&c.puts),
+            deletes: l(&c.deletes),
+            gets: l(&c.gets),
+            heads: l(&c.heads),
+            user_bytes_written: l(&c.user_bytes),
+            journal_bytes_written: l(&c.journal_bytes),
+            ledger_bytes_written: l(&c.ledger_bytes),
+            journal_disk_bytes: i.journal.disk_bytes(),
+            ledger_disk_bytes: version.disk_bytes(),
+            journal_reads: i.journal.reads.load(Ordering::Relaxed),
+            flushes: l(&c.flushes),
+            merges: l(&c.merges),
+            write_stall_seconds: l(&c.stall_nanos) as f64 / 1e9,
+            max_write_stall_seconds: l(&c.max_stall_nanos) as f64 / 1e9,
+            ledger_merge_backlog: merge_backlog(&version.metas(), &i.cfg),
+            journal_fsyncs: l(&c.fsyncs),
+            journal_fsync_seconds: l(&c.fsync_nanos) as f64 / 1e9,
+            journal_roll_seconds: l(&c.roll_nanos) as f64 / 1e9,
+            max_journal_roll_seconds: l(&c.max_roll_nanos) as f64 / 1e9,
+            aae_rebuilds: l(&c.aae_rebuilds),
+            aae_rebuild_seconds: l(&c.aae_rebuild_nanos) as f64 / 1e9,
+            live_snapshots: i.reap_snapshots() as u64,
+            journal_compaction_runs: l(&c.compaction_runs),
+            journal_compaction_reclaimed_bytes: l(&c.compaction_reclaimed),
+            journal_compaction_active: l(&c.compaction_active),
+            persisted_sqn: i.persisted_sqn.load(Ordering::Acquire),
+            last_sqn: i.last_sqn.load(Ordering::Acquire),
+            journal_synced_sqn: i.sync.lock().synced,
+            journal_segments: i.journal.segments().len() as u64,
+            ledger_files_per_level: version.levels.iter().map(|l| l.len() as u64).collect(),
+            ledger_damaged_blocks: version
+                .levels
+                .iter()
+                .flatten()
+                .map(|t| t.damaged_blocks())
+                .sum(),
+            ledger_merges_blocked: u64::from(i.bg.lock().merge_blocked.is_some()),
+        }
+    }
+}

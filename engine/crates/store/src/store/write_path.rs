@@ -1,0 +1,371 @@
+//! The write path: journal append under the write lock, memtable apply, group commit (writers
+//! wait, the syncer fdatasyncs once for all), write stalls, and the poisoning rule for a failed
+//! fdatasync or segment roll.
+
+use super::*;
+
+/// The ledger side of one write.
+pub(crate) struct Applied<'a> {
+    pub sqn: Sqn,
+    pub kind: Kind,
+    pub timestamp: u64,
+    pub ledger_key: &'a [u8],
+    pub metadata: &'a [u8],
+    pub changes: &'a [IndexChange],
+    pub value_len: usize,
+    pub value_hash: u32,
+}
+
+impl<'a> Applied<'a> {
+    pub(super) fn from_record(view: &'a RecordView<'a>) -> Self {
+        Applied {
+            sqn: view.sqn,
+            kind: view.kind,
+            timestamp: view.timestamp,
+            ledger_key: view.ledger_key,
+            metadata: view.metadata,
+            changes: &view.changes,
+            value_len: view.value.len(),
+            value_hash: crc32c::crc32c(view.value),
+        }
+    }
+}
+
+/// Apply one write's ledger changes (the object and its index entries) to a memtable.
+pub(super) fn apply(mem: &Memtable, w: &Applied<'_>) {
+    mem.insert(
+        w.ledger_key.to_vec(),
+        LedgerValue {
+            sqn: w.sqn,
+            tombstone: w.kind == Kind::Delete,
+            value_size: w.value_len as u32,
+            value_hash: w.value_hash,
+            last_modified: w.timestamp,
+            metadata: w.metadata.to_vec(),
+        },
+    );
+    if let Some((bucket, key)) = keys::split_object_key(w.ledger_key) {
+        for c in w.changes {
+            mem.insert(
+                keys::index_key(bucket, &c.field, &c.term, key),
+                LedgerValue {
+                    sqn: w.sqn,
+                    tombstone: c.op == IndexOp::Remove,
+                    value_size: 0,
+                    value_hash: 0,
+                    last_modified: w.timestamp,
+                    metadata: Vec::new(),
+                },
+            );
+        }
+    }
+    mem.note_sqn(w.sqn);
+}
+
+impl Inner {
+    pub(super) fn write(
+        &self,
+        kind: Kind,
+        bucket: &[u8],
+        key: &[u8],
+        value: &[u8],
+        metadata: &[u8],
+        changes: &[IndexChange],
+    ) -> Result<Sqn> {
+        self.check_open()?;
+        keys::validate_bucket(bucket)?;
+        keys::validate_key(key)?;
+        if metadata.len() > self.cfg.max_metadata_bytes {
+            return Err(Error::MetadataTooLarge {
+                size: metadata.len(),
+                limit: self.cfg.max_metadata_bytes,
+            });
+        }
+        let mut change_bytes = 0usize;
+        for c in changes {
+            keys::validate_index_change(c)?;
+            change_bytes += c.field.len()
+                + 16
+                + if let keys::Term::Bin(b) = &c.term {
+                    b.len()
+                } else {
+                    0
+                };
+        }
+        if change_bytes > MAX_INDEX_CHANGE_BYTES {
+            return Err(Error::InvalidIndex(format!(
+                "index changes total {change_bytes} bytes; the limit is {MAX_INDEX_CHANGE_BYTES}"
+            )));
+        }
+        self.maybe_stall()?;
+        let lk = keys::object_key(bucket, key);
+        let value_hash = crc32c::crc32c(value);
+        let sqn = {
+            let mut w = self.write.lock();
+            self.check_open()?;
+            if let Some(e) = self.poisoned() {
+                return Err(Error::Poisoned(e));
+            }
+            // Everything that can fail without side effects comes before the append: a write
+            // that returns an error must leave no record behind for a replay to resurrect.
+            let aae_delta = match &self.aae {
+                Some(_) => Some(self.aae_delta(bucket, key, &lk, kind, metadata)?),
+                None => None,
+            };
+            let sqn = w.next_sqn;
+            let mut buf = std::mem::take(&mut w.buf);
+            buf.clear();
+            let timestamp = now_micros();
+            record::encode(
+                &mut buf, sqn, kind, timestamp, &lk, metadata, changes, value,
+            );
+            let appended = w.journal.append(sqn, &buf);
+            let len = buf.len();
+            w.buf = buf;
+            if let Err(e) = appended {
+                if let Error::Poisoned(m) = &e {
+                    self.bg.lock().error.get_or_insert(m.clone());
+                }
+                return Err(e);
+            }
+            w.next_sqn += 1;
+            let applied = Applied {
+                sqn,
+                kind,
+                timestamp,
+                ledger_key: &lk,
+                metadata,
+                changes,
+                value_len: value.len(),
+                value_hash,
+            };
+            if let (Some(aae), Some((seg, delta))) = (&self.aae, aae_delta) {
+                if delta != 0 {
+                    aae.lock().xor(seg, delta);
+                }
+            }
+            apply(&self.mem.read().active, &applied);
+            self.last_sqn.store(sqn, Ordering::Release);
+            self.c
+                .journal_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+            self.c.user_bytes.fetch_add(
+                (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
+                Ordering::Relaxed,
+            );
+            match kind {
+                Kind::Put => self.c.puts.fetch_add(1, Ordering::Relaxed),
+                Kind::Delete => self.c.deletes.fetch_add(1, Ordering::Relaxed),
+            };
+            if w.journal.full(
+                self.cfg.journal_segment_bytes,
+                self.cfg.journal_segment_records,
+            ) {
+                let id = w.next_segment_id;
+                // The write itself is in; a failed roll leaves the old segment active.
+                let t = Instant::now();
+                let rolled = {
+                    let _gate = self.journal_sync_gate.lock();
+                    match self.sync.lock().failed.clone() {
+                        Some(f) => Err(Error::Poisoned(f)),
+                        None => w.journal.roll(&self.disk, &self.journal.dir, id),
+                    }
+                };
+                let n = t.elapsed().as_nanos() as u64;
+                self.c.roll_nanos.fetch_add(n, Ordering::Relaxed);
+                self.c.max_roll_nanos.fetch_max(n, Ordering::Relaxed);
+                w.unsynced_bytes = 0;
+                match rolled {
+                    Ok(seg) => {
+                        w.next_segment_id += 1;
+                        *self.active_journal.lock() = w.journal.file.clone();
+                        self.journal.push(seg);
+                        // The old segment was fsynced by the roll: everything up to `sqn` is durable.
+                        let mut s = self.sync.lock();
+                        s.synced = s.synced.max(sqn);
+                        drop(s);
+                        if let Err(e) = self.write_manifest(Vec::new()) {
+                            log::error!("writing the manifest after a journal roll: {e}");
+                        }
+                    }
+                    // The old segment may be closed with a stale index, or its tail not durable:
+                    // no later write may go anywhere until a reopen recovers from the disk.
+                    Err(e) => {
+                        self.poison_journal(format!("rolling the journal segment failed: {e}"));
+                    }
+                }
+            }
+            if self.cfg.sync_on_write == SyncMode::None && self.cfg.journal_bytes_per_sync > 0 {
+                w.unsynced_bytes += len as u64;
+                if w.unsynced_bytes >= self.cfg.journal_bytes_per_sync {
+                    w.unsynced_bytes = 0;
+                    let mut s = self.sync.lock();
+                    if s.requested < sqn {
+                        s.requested = sqn;
+                        self.syncer_cv.notify_one();
+                    }
+                }
+            }
+            w.unflushed_journal_bytes += len as u64;
+            if self.mem.read().active.bytes() >= self.cfg.memtable_bytes
+                || w.unflushed_journal_bytes >= self.cfg.max_unflushed_journal_bytes
+            {
+                w.unflushed_journal_bytes = 0;
+                self.rotate_memtable();
+            }
+            sqn
+        };
+        if self.cfg.sync_on_write == SyncMode::Sync {
+            self.wait_durable(sqn)?;
+        }
+        Ok(sqn)
+    }
+
+    /// Freeze the active memtable for flushing. Caller holds the write lock.
+    pub(super) fn rotate_memtable(&self) {
+        let mut m = self.mem.write();
+        if m.active.is_empty() {
+            return;
+        }
+        let full = std::mem::take(&mut m.active);
+        m.immutables.push_back(full);
+        drop(m);
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+    }
+
+    /// Wait while flushes or L0 merges are behind, so memory and read cost stay bounded.
+    pub(super) fn maybe_stall(&self) -> Result<()> {
+        let behind = || {
+            self.mem.read().immutables.len() >= self.cfg.max_immutable_memtables
+                || self.version.read().levels[0].len() >= self.cfg.l0_stall_files
+        };
+        if !behind() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let mut bg = self.bg.lock();
+        while behind() {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            if let Some(m) = &bg.merge_blocked {
+                return Err(Error::Corruption(format!(
+                    "writes wait for ledger merges, which stopped at a damaged table: {m}"
+                )));
+            }
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.done_cv.wait_for(&mut bg, Duration::from_millis(10));
+        }
+        let n = start.elapsed().as_nanos() as u64;
+        self.c.stall_nanos.fetch_add(n, Ordering::Relaxed);
+        self.c.max_stall_nanos.fetch_max(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Group commit: writers register the SQN they need and wait; the syncer thread fdatasyncs
+    /// everything appended so far and wakes all writers it covered. While one fdatasync runs, the
+    /// next group gathers.
+    pub(super) fn wait_durable(&self, sqn: Sqn) -> Result<()> {
+        let mut s = self.sync.lock();
+        loop {
+            if s.synced >= sqn {
+                return Ok(());
+            }
+            if let Some(e) = &s.failed {
+                return Err(Error::Poisoned(format!("journal fdatasync failed: {e}")));
+            }
+            if s.shutdown {
+                return Err(Error::Closed);
+            }
+            if s.requested < sqn {
+                s.requested = sqn;
+                self.syncer_cv.notify_one();
+            }
+            self.sync_cv.wait(&mut s);
+        }
+    }
+
+    pub(super) fn syncer(self: Arc<Self>) {
+        let mut s = self.sync.lock();
+        loop {
+            while s.requested <= s.synced && !s.shutdown {
+                self.syncer_cv.wait(&mut s);
+            }
+            if s.shutdown {
+                return;
+            }
+            drop(s);
+            // A failure poisons the store inside `sync_active_journal`.
+            let r = self.sync_active_journal();
+            s = self.sync.lock();
+            if let Ok(target) = r {
+                s.synced = s.synced.max(target);
+            }
+            self.sync_cv.notify_all();
+            if s.failed.is_some() {
+                return;
+            }
+        }
+    }
+
+    /// A journal fdatasync or segment roll failed. The kernel may have dropped the dirty pages, and
+    /// a later fdatasync of the same file can succeed without them (fsyncgate), so nothing appended
+    /// since the last good sync can ever be called durable: the store is poisoned. Every later call
+    /// gets `Error::Poisoned`; a reopen recovers from what the disk really holds.
+    pub(super) fn poison_journal(&self, what: String) -> Error {
+        log::error!("{what}; the store refuses writes until reopened");
+        {
+            let mut s = self.sync.lock();
+            s.failed.get_or_insert_with(|| what.clone());
+            self.sync_cv.notify_all();
+        }
+        self.bg.lock().error.get_or_insert_with(|| what.clone());
+        Error::Poisoned(what)
+    }
+
+    /// Make every journal record up to `sqn` durable: nothing to do when a group commit, the
+    /// background syncer or a roll already covered it; otherwise one fdatasync of the active
+    /// segment (closed segments were synced when they rolled).
+    pub(super) fn journal_durable_through(&self, sqn: Sqn) -> Result<()> {
+        {
+            let s = self.sync.lock();
+            if let Some(f) = &s.failed {
+                return Err(Error::Poisoned(f.clone()));
+            }
+            if s.synced >= sqn {
+                return Ok(());
+            }
+        }
+        // Records up to `sqn` were appended before their memtable was frozen: sqn <= last_sqn.
+        let target = self.sync_active_journal()?;
+        let mut s = self.sync.lock();
+        s.synced = s.synced.max(target);
+        self.sync_cv.notify_all();
+        Ok(())
+    }
+
+    /// fdatasync the active segment and return the SQN it made durable. Needs no write lock:
+    /// every record up to `last_sqn` (read first) was appended before that store, so it is in a
+    /// closed segment (synced by its roll) or in the file active when we look next.
+    pub(super) fn sync_active_journal(&self) -> Result<Sqn> {
+        let _gate = self.journal_sync_gate.lock();
+        if let Some(f) = &self.sync.lock().failed {
+            return Err(Error::Poisoned(f.clone()));
+        }
+        let target = self.last_sqn.load(Ordering::Acquire);
+        let file = self.active_journal.lock().clone();
+        let t = Instant::now();
+        if let Err(e) = JournalWriter::sync(&*file) {
+            return Err(self.poison_journal(format!("journal fdatasync failed: {e}")));
+        }
+        self.c
+            .fsync_nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+        Ok(target)
+    }
+}

@@ -32,6 +32,9 @@ pub mod storage;
 mod store;
 mod view;
 
+#[cfg(test)]
+mod decoders_proptest;
+
 pub use aae::{leaf_hash as aae_leaf_hash, segment_of as aae_segment, AaeKeyHash, AaeTree};
 pub use compaction::{
     choose as choose_compaction_run, day_schedule, hour_allowed, CompactionThresholds,

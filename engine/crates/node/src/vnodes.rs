@@ -42,12 +42,45 @@ pub fn parse_members(list: &[String]) -> Result<Vec<Member>> {
         .collect()
 }
 
+/// Record the ring size at first start, refuse a different one later (levee_cluster::ring::ring_file).
+/// A directory written before the size was recorded holds `p0000`..`p<ring_size-1>`: its size is
+/// taken from the highest partition directory.
+fn check_ring_size(data_dir: &std::path::Path, ring_size: u32) -> Result<()> {
+    use levee_cluster::ring::ring_file::{ensure_ring_size, read_ring_size};
+    let configured = levee_cluster::RingSize::new(ring_size)?;
+    if read_ring_size(data_dir)?.is_none() {
+        let highest = std::fs::read_dir(data_dir)
+            .with_context(|| format!("listing {}", data_dir.display()))?
+            .filter_map(|e| {
+                e.ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix('p')?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .max();
+        if let Some(h) = highest.filter(|&h| h + 1 != ring_size) {
+            anyhow::bail!(
+                "data directory {} holds partitions p0000..p{h:04} (ring_size {}) and cannot be opened with ring_size {ring_size}: every key would be looked up in the wrong partition",
+                data_dir.display(),
+                h + 1
+            );
+        }
+    }
+    if ensure_ring_size(data_dir, configured)? == levee_cluster::RingSizeCheck::Recorded {
+        log::info!("recorded ring_size {ring_size} in {}", data_dir.display());
+    }
+    Ok(())
+}
+
 impl Vnodes {
     /// Open every partition's store (this node owns the whole ring until clustering lands).
     pub fn open(cfg: &NodeConfig) -> Result<Vnodes> {
         let store_cfg = cfg.store_config()?;
         std::fs::create_dir_all(&cfg.data_dir)
             .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+        check_ring_size(&cfg.data_dir, cfg.cluster.ring_size)?;
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2)

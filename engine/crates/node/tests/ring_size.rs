@@ -1,0 +1,80 @@
+//! The ring size is recorded in the data directory at first start; a later start with another
+//! ring size is refused, and so is a directory written before the size was recorded whose
+//! partition directories say another size.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `levee serve` with `--ring-size ring` on `dir` and expects it to refuse to start.
+fn refused(dir: &Path, ring: u32) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--ring-size",
+            &ring.to_string(),
+            "--aae-segments",
+            "1024",
+            "--data-dir",
+        ])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started with ring_size {ring}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn restarting_with_another_ring_size_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    // First start records ring_size 8 (common::Node starts with --ring-size 8).
+    drop(common::Node::start(&dir, &[]));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("RING_SIZE")).unwrap(),
+        "8\n"
+    );
+
+    let err = refused(&dir, 16);
+    assert!(
+        err.contains("ring_size 8") && err.contains("ring_size 16"),
+        "{err}"
+    );
+    assert!(err.contains(&dir.display().to_string()), "{err}");
+    // Nothing was changed by the refusal: no partition of the other ring was created, the
+    // record is intact, and the node starts again with its own size.
+    assert!(!dir.join("p0008").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("RING_SIZE")).unwrap(),
+        "8\n"
+    );
+    drop(common::Node::start(&dir, &[]));
+}
+
+#[test]
+fn a_directory_from_before_the_record_is_checked_by_its_partitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    drop(common::Node::start(&dir, &[]));
+    // As an older levee left it: partitions p0000..p0007, no record.
+    std::fs::remove_file(dir.join("RING_SIZE")).unwrap();
+    let err = refused(&dir, 64);
+    assert!(
+        err.contains("p0007") && err.contains("ring_size 8") && err.contains("ring_size 64"),
+        "{err}"
+    );
+    assert!(!dir.join("RING_SIZE").exists());
+    // With the size it was written with, it starts and records it.
+    drop(common::Node::start(&dir, &[]));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("RING_SIZE")).unwrap(),
+        "8\n"
+    );
+}

@@ -7,7 +7,7 @@ CARGO ?= cargo
 ENGINE := engine
 CRASH_KILLS ?= 50
 
-.PHONY: all deps sys-deps build test demo demo-engine lint fmt bench-engine bench-maintenance crash-soak \
+.PHONY: all deps sys-deps build test demo demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
         manifests engine-test operator-test terraform-test clean
 
 # Debian packages outside the Rust/Go toolchains: the benchmark peers (RocksDB, LevelDB, libclang for
@@ -69,6 +69,10 @@ bench-engine: deps
 ## bench-maintenance: journal compaction MB/s, put p99 with/without compaction, AAE rebuild of 1M keys
 bench-maintenance: deps
 	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example bench_maintenance
+
+## bench-open: open time vs data held (100 MiB and 10 GiB of 8 KB values): clean reopen, reopen after a crash
+bench-open: deps
+	cd $(ENGINE) && $(CARGO) run --release -p levee-store --example open_time -- $(OPEN_ARGS)
 
 ## crash-soak: the SIGKILL crash test with 1000 kills, then the simulated-disk power-loss test with
 ## 100,000 cut points (make test runs 50 kills and 2,000 cut points)

@@ -146,7 +146,7 @@ type AntiEntropySpec struct {
 	JournalCheck bool `json:"journalCheck,omitempty"`
 }
 
-// AutoscalingSpec configures the CPU-versus-disk autoscaler (see internal/autoscale, later issue).
+// AutoscalingSpec configures the CPU-versus-disk autoscaler (internal/autoscale; docs/operator.md "Autoscaler").
 // +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="autoscaling.minReplicas must be less than or equal to autoscaling.maxReplicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled || has(self.prometheusURL)",message="autoscaling.prometheusURL is required when autoscaling.enabled is true: the autoscaler reads CPU and disk busyness from Prometheus"
 type AutoscalingSpec struct {
@@ -165,13 +165,15 @@ type AutoscalingSpec struct {
 	// +kubebuilder:validation:Pattern=`^https?://`
 	// +optional
 	PrometheusURL string `json:"prometheusURL,omitempty"`
-	// CPUTarget is the CPU busyness (percent of the CPU limit) above which a node counts as CPU-bound.
+	// CPUTarget is the members' mean CPU use (percent of the CPU request, or of the limit when no
+	// request is set) at or above which the cluster counts as CPU-bound.
 	// +kubebuilder:default=70
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	CPUTarget int32 `json:"cpuTarget,omitempty"`
-	// DiskBusyTarget is the disk busyness (percent of time the device is busy) above which a node counts as disk-bound.
+	// DiskBusyTarget is the members' mean disk busyness (percent of time the data device is busy) at
+	// or above which the cluster counts as disk-bound (on nvme, with a deep queue too).
 	// +kubebuilder:default=80
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
@@ -296,15 +298,15 @@ type KVClusterSpec struct {
 	Scheduling SchedulingSpec `json:"scheduling"`
 }
 
-// Bottleneck classifies what limits the cluster.
-// +kubebuilder:validation:Enum=cpu;disk;none
+// Bottleneck classifies what limits the cluster; unknown when a signal is missing or stale.
+// +kubebuilder:validation:Enum=cpu;disk;none;unknown
 type Bottleneck string
 
 // AutoscalerStatus explains the last autoscaler decision.
 type AutoscalerStatus struct {
 	// +optional
 	Bottleneck Bottleneck `json:"bottleneck,omitempty"`
-	// CPU busyness, percent of the CPU limit.
+	// CPU is the members' mean CPU use, percent of the CPU request.
 	// +optional
 	CPU int32 `json:"cpu,omitempty"`
 	// DiskBusy, percent of time the data device is busy.

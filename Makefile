@@ -39,7 +39,7 @@ fmt:
 	cd $(ENGINE) && $(CARGO) fmt --all
 
 ## test: the README's test command; CI runs exactly this on a clean clone
-test: lint engine-test operator-test terraform-test image-test chart-test
+test: lint engine-test operator-test terraform-test image-test chart-test dashboards-test
 	@echo "make test: all suites passed"
 
 engine-test: deps
@@ -91,3 +91,5 @@ include bench.mk
 include image.mk
 # Helm chart of the operator: chart-test, helm (charts/levee-operator)
 include charts.mk
+# Grafana dashboards and alert rules: dashboards-test, dashboards-gen, dashboard-linter (dashboards/)
+include dashboards.mk

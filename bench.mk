@@ -26,7 +26,6 @@ bench-build: bench-deps
 	cd engine && $(BENCH_CARGO) build --release -p levee-bench
 
 bench-test: bench-deps
-	cd engine && $(BENCH_CARGO) build --release -p levee-node
 	cd engine && $(BENCH_CARGO) test --release -p levee-bench
 
 bench-demo: bench-build

@@ -29,6 +29,7 @@ fn read_csv(p: &Path) -> Result<Vec<Vec<f64>>> {
 pub struct RunData {
     pub name: String,
     pub summary: Vec<Vec<f64>>,
+    /// Latency rows by basho_bench label (the file name's `<label>_latencies.csv`).
     pub latencies: BTreeMap<String, Vec<Vec<f64>>>,
     pub meta: BTreeMap<String, String>,
 }
@@ -317,6 +318,9 @@ pub fn compare(runs: &[PathBuf], out_png: &Path, op: &str) -> Result<String> {
     if runs.len() < 2 {
         bail!("compare needs at least two run directories");
     }
+    // Runs are keyed by the label in their file names (`index_query` → `index-query`).
+    let label = crate::runner::basho_label(op);
+    let op = label.as_str();
     let data: Vec<RunData> = runs
         .iter()
         .map(|r| RunData::load(r))

@@ -20,7 +20,8 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a scenario; writes summary.csv, <op>_latencies.csv, errors.csv, resources.csv and summary.png.
+    /// Run a scenario; writes summary.csv, <label>_latencies.csv (basho_bench's labels:
+    /// `index_query` → index-query), errors.csv, resources.csv and summary.png.
     Run {
         scenario: PathBuf,
         /// Run directory (default out/<scenario>-<driver>).

@@ -1,5 +1,6 @@
-//! The load loop and basho_bench-compatible output: `summary.csv`, `<op>_latencies.csv`
-//! (µs, HDR histograms per window), `errors.csv`, plus `resources.csv` (device bytes written from
+//! The load loop and basho_bench-compatible output: `summary.csv`, `<label>_latencies.csv` (µs,
+//! HDR histograms per window; the label is the operation's name with `_` written as `-`, as
+//! basho_bench names its files), `errors.csv`, plus `resources.csv` (device bytes written from
 //! /proc/self/io, disk usage, RSS, CPU), `maintenance.csv` (explicit journal compactions, when the
 //! scenario asks for them) and `meta.txt`.
 
@@ -27,6 +28,19 @@ pub const ERRORS_HEADER: &str = "\"error\",\"count\"";
 pub const MAINTENANCE_HEADER: &str = "elapsed, seconds, bytes_before, bytes_after, error";
 pub const RESOURCES_HEADER: &str =
     "elapsed, window, device_write_bytes, disk_bytes, rss_bytes, cpu_seconds";
+
+/// basho_bench's label for an operation in file names: every character other than an ASCII letter
+/// or digit becomes `-` (so `index_query` is written to `index-query_latencies.csv`).
+pub fn basho_label(op: &str) -> String {
+    op.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// The per-operation latency file basho_bench writes for `op`.
+pub fn latency_file_name(op: &str) -> String {
+    format!("{}_latencies.csv", basho_label(op))
+}
 
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()
@@ -257,7 +271,7 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     let mut lat_files: BTreeMap<String, std::fs::File> = BTreeMap::new();
     for (op, _) in &s.operations {
         if !lat_files.contains_key(op) {
-            let mut f = std::fs::File::create(out.join(format!("{op}_latencies.csv")))?;
+            let mut f = std::fs::File::create(out.join(latency_file_name(op)))?;
             writeln!(f, "{LATENCY_HEADER}")?;
             lat_files.insert(op.clone(), f);
         }

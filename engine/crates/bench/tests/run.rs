@@ -4,9 +4,24 @@
 use std::path::Path;
 
 use levee_bench::generators::{random_buffer, ValueGen, VALUE_BUFFER_BYTES};
-use levee_bench::runner::{ERRORS_HEADER, LATENCY_HEADER, SUMMARY_HEADER};
 use levee_bench::scenario::{Scenario, ValueGenSpec};
 use levee_bench::{charts, drivers, runner};
+
+// basho_bench's own lines and file names (src/basho_bench_stats_writer_csv.erl), written out here
+// rather than taken from the runner, so a wrong constant in the runner fails these tests.
+const BASHO_SUMMARY_HEADER: &str = "elapsed, window, total, successful, failed\n";
+const BASHO_LATENCY_HEADER: &str =
+    "elapsed, window, n, min, mean, median, 95th, 99th, 99_9th, max, errors\n";
+const BASHO_ERRORS_HEADER: &str = "\"error\",\"count\"\n";
+/// The latency files basho_bench writes for the operations `get`, `update`, `head`, `put`,
+/// `delete`: `<label>_latencies.csv`, the label being the operation's name.
+const FIVE_OP_FILES: [&str; 5] = [
+    "delete_latencies.csv",
+    "get_latencies.csv",
+    "head_latencies.csv",
+    "put_latencies.csv",
+    "update_latencies.csv",
+];
 
 fn scenario(driver: &str, ops: &str) -> Scenario {
     scenario_with(driver, ops, "")
@@ -40,14 +55,30 @@ fn scenario_with(driver: &str, ops: &str, extra: &str) -> Scenario {
     .unwrap()
 }
 
-/// Rows of a CSV as numbers, after checking its header byte for byte.
+/// Rows of a CSV as numbers, after checking its header line byte for byte (newline included).
 fn rows(path: &Path, header: &str) -> Vec<Vec<f64>> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some(header), "header of {}", path.display());
-    lines
+    assert!(
+        text.starts_with(header),
+        "header of {}: expected {header:?}, file starts {:?}",
+        path.display(),
+        text.lines().next()
+    );
+    text[header.len()..]
+        .lines()
         .map(|l| l.split(", ").map(|v| v.parse().unwrap()).collect())
         .collect()
+}
+
+/// The `*_latencies.csv` files of a run directory, sorted.
+fn latency_files(out: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("_latencies.csv"))
+        .collect();
+    names.sort();
+    names
 }
 
 fn png_size(path: &Path) -> (u32, u32) {
@@ -65,12 +96,20 @@ fn png_size(path: &Path) -> (u32, u32) {
     (info.width, info.height)
 }
 
-/// Run `s` into `out` and check everything basho_bench's tooling relies on.
-fn run_and_check(s: &Scenario, out: &Path) -> runner::RunResult {
+/// Run `s` into `out` and check everything basho_bench's tooling relies on. `files` are the
+/// latency files basho_bench would write for the scenario's operations, sorted: exactly these
+/// must exist.
+fn run_and_check(s: &Scenario, out: &Path, files: &[&str]) -> runner::RunResult {
     let data = tempfile::tempdir().unwrap();
     let driver = drivers::open(&s.driver, data.path(), s.sync, s.address.as_deref()).unwrap();
     let r = runner::run(s, driver, out, true).unwrap();
-    let summary = rows(&out.join("summary.csv"), SUMMARY_HEADER);
+    assert_eq!(
+        latency_files(out),
+        files,
+        "{}: latency file names",
+        s.driver
+    );
+    let summary = rows(&out.join("summary.csv"), BASHO_SUMMARY_HEADER);
     assert!(
         summary.len() >= 2,
         "{}: expected several windows, got {summary:?}",
@@ -90,15 +129,9 @@ fn run_and_check(s: &Scenario, out: &Path) -> runner::RunResult {
     assert_eq!(successful as u64, r.successful);
     let mut per_op_n = 0.0;
     let mut per_op_errors = 0.0;
-    let mut ops: Vec<&str> = s.operations.iter().map(|(o, _)| o.as_str()).collect();
-    ops.dedup();
-    for op in ops {
-        let lat = rows(&out.join(format!("{op}_latencies.csv")), LATENCY_HEADER);
-        assert_eq!(
-            lat.len(),
-            summary.len(),
-            "one row per window in {op}_latencies.csv"
-        );
+    for op in files {
+        let lat = rows(&out.join(op), BASHO_LATENCY_HEADER);
+        assert_eq!(lat.len(), summary.len(), "one row per window in {op}");
         for row in &lat {
             assert_eq!(row.len(), 11);
             if row[2] > 0.0 {
@@ -123,14 +156,20 @@ fn run_and_check(s: &Scenario, out: &Path) -> runner::RunResult {
         "sum of per-op errors = summary failed"
     );
     let errors = std::fs::read_to_string(out.join("errors.csv")).unwrap();
-    let mut lines = errors.lines();
-    assert_eq!(lines.next(), Some(ERRORS_HEADER));
-    let counted: u64 = lines
+    assert!(
+        errors.starts_with(BASHO_ERRORS_HEADER),
+        "errors.csv header: {errors:?}"
+    );
+    let counted: u64 = errors[BASHO_ERRORS_HEADER.len()..]
+        .lines()
         .map(|l| l.rsplit(',').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(counted as f64, failed);
     // Resources: device bytes written per window are recorded, and the data set uses disk.
-    let res = rows(&out.join("resources.csv"), runner::RESOURCES_HEADER);
+    let res = rows(
+        &out.join("resources.csv"),
+        &format!("{}\n", runner::RESOURCES_HEADER),
+    );
     assert_eq!(res.len(), summary.len());
     // (The grpc driver's data lives in the node's process, not under the bench's data dir.)
     assert!(
@@ -150,7 +189,7 @@ fn five_get_one_update(driver: &str) {
         driver,
         r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1]]"#,
     );
-    let r = run_and_check(&s, out.path());
+    let r = run_and_check(&s, out.path(), &FIVE_OP_FILES);
     assert_eq!(
         r.failed,
         0,
@@ -191,9 +230,16 @@ fn leveldb_run_writes_consistent_basho_bench_csvs() {
 #[test]
 fn two_i_mix_runs_on_every_embedded_driver() {
     let ops = r#"[["get", 10], ["update", 2], ["update_with_2i", 4], ["index_query", 2]]"#;
+    // basho_bench names files by label, `_` written as `-`.
+    let files = [
+        "get_latencies.csv",
+        "index-query_latencies.csv",
+        "update-with-2i_latencies.csv",
+        "update_latencies.csv",
+    ];
     for driver in ["levee", "rocksdb", "fjall", "leveldb"] {
         let out = tempfile::tempdir().unwrap();
-        let r = run_and_check(&scenario(driver, ops), out.path());
+        let r = run_and_check(&scenario(driver, ops), out.path(), &files);
         assert_eq!(
             r.failed,
             0,
@@ -201,8 +247,8 @@ fn two_i_mix_runs_on_every_embedded_driver() {
             std::fs::read_to_string(out.path().join("errors.csv")).unwrap()
         );
         let q = rows(
-            &out.path().join("index_query_latencies.csv"),
-            LATENCY_HEADER,
+            &out.path().join("index-query_latencies.csv"),
+            BASHO_LATENCY_HEADER,
         );
         assert!(
             q.iter().map(|r| r[2]).sum::<f64>() > 0.0,
@@ -257,8 +303,9 @@ fn compare_draws_runs_side_by_side_with_a_ratio_table() {
     let ops = r#"[["get", 5], ["update", 1]]"#;
     let a = base.path().join("levee");
     let b = base.path().join("rocksdb");
-    run_and_check(&scenario("levee", ops), &a);
-    run_and_check(&scenario("rocksdb", ops), &b);
+    let files = ["get_latencies.csv", "update_latencies.csv"];
+    run_and_check(&scenario("levee", ops), &a, &files);
+    run_and_check(&scenario("rocksdb", ops), &b, &files);
     let png = base.path().join("compare.png");
     let table = charts::compare(&[a, b], &png, "get").unwrap();
     assert_eq!(png_size(&png), (charts::WIDTH, charts::PANEL_HEIGHT * 5));
@@ -322,7 +369,11 @@ fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
         let mut s = scenario(driver, r#"[["get", 1], ["update", 4]]"#);
         s.compact_journal_every = Some("300ms".into());
         s.validate().unwrap();
-        let r = run_and_check(&s, out.path());
+        let r = run_and_check(
+            &s,
+            out.path(),
+            &["get_latencies.csv", "update_latencies.csv"],
+        );
         assert_eq!(r.failed, 0, "{driver}");
         let text = std::fs::read_to_string(out.path().join("maintenance.csv")).unwrap();
         let mut lines = text.lines();
@@ -340,17 +391,53 @@ fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
     assert!(s.validate().is_err());
 }
 
-/// The `levee` binary next to this test's profile directory (target/<profile>/levee). `cargo test
-/// --workspace` builds it for the node's own tests; `make bench-test` builds it first.
+/// The `levee` node binary, built by this test with the test's own profile and target directory
+/// (`target/<profile>/levee`), so `cargo test -p levee-bench` needs no earlier build. When the
+/// binary is already up to date (`cargo test --workspace`, `make bench-test`) this is a no-op check.
 fn levee_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/run-<hash> → target/<profile>
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let bin = profile_dir.join("levee");
+    let profile = match profile_dir.file_name().unwrap().to_str().unwrap() {
+        "debug" => "dev",
+        other => other,
+    };
+    let target_dir = profile_dir.parent().unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    // The variables cargo set for this test (CARGO_PKG_*, CARGO_MANIFEST_*, ...) would look like a
+    // changed environment to build scripts that watch them, and rebuild dependencies the outer
+    // build already made. Keep only cargo's own configuration.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        let config = ["CARGO_HOME", "CARGO_TARGET_DIR"].contains(&k.as_str())
+            || [
+                "CARGO_BUILD_",
+                "CARGO_PROFILE_",
+                "CARGO_NET_",
+                "CARGO_REGISTRIES_",
+                "CARGO_TERM_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p));
+        if (k.starts_with("CARGO_") && !config) || k == "OUT_DIR" || k == "RUSTC_BOOTSTRAP" {
+            cmd.env_remove(&k);
+        }
+    }
+    let status = cmd
+        .args(["build", "--quiet", "-p", "levee-node", "--bin", "levee"])
+        .args(["--profile", profile, "--target-dir"])
+        .arg(target_dir)
+        .arg("--manifest-path")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml"))
+        .status()
+        .expect("running cargo to build the levee node");
     assert!(
-        bin.exists(),
-        "{} not found: build the node first (cargo build -p levee-node with this profile)",
-        bin.display()
+        status.success(),
+        "cargo build -p levee-node failed: {status}"
     );
+    let bin = profile_dir.join("levee");
+    assert!(bin.exists(), "{} not found after the build", bin.display());
     bin
 }
 
@@ -398,7 +485,16 @@ fn grpc_driver_loads_a_running_levee_node() {
         r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1], ["update_with_2i", 1]]"#,
         &format!("address = \"http://{addr}\""),
     );
-    let r = run_and_check(&s, out.path());
+    let files = [
+        "delete_latencies.csv",
+        "get_latencies.csv",
+        "head_latencies.csv",
+        "index-query_latencies.csv",
+        "put_latencies.csv",
+        "update-with-2i_latencies.csv",
+        "update_latencies.csv",
+    ];
+    let r = run_and_check(&s, out.path(), &files);
     drop(node);
     assert_eq!(
         r.failed,

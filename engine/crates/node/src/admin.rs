@@ -46,8 +46,14 @@ pub fn stats_map(s: &levee_store::Stats) -> HashMap<String, f64> {
         s.journal_compaction_reclaimed_bytes as f64,
     );
     put("live_snapshots", s.live_snapshots as f64);
+    // SQNs: equal right after an open that had nothing to replay. Per vnode only (see `PER_VNODE`).
+    put("persisted_sqn", s.persisted_sqn as f64);
+    put("last_sqn", s.last_sqn as f64);
     m
 }
+
+/// Entries of `stats_map` that mean nothing summed over vnodes: left out of the totals.
+const PER_VNODE: [&str; 2] = ["persisted_sqn", "last_sqn"];
 
 impl AdminService {
     fn partitions(&self, asked: &[u32]) -> Result<Vec<u32>, Status> {
@@ -103,7 +109,7 @@ impl pb::admin_server::Admin for AdminService {
                 let mut vnodes = Vec::new();
                 for (p, s) in v.stores.iter().enumerate() {
                     let m = stats_map(&s.stats());
-                    for (k, val) in &m {
+                    for (k, val) in m.iter().filter(|(k, _)| !PER_VNODE.contains(&k.as_str())) {
                         *totals.entry(k.clone()).or_default() += val;
                     }
                     vnodes.push(pb::VnodeStats {

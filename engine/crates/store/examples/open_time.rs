@@ -40,7 +40,7 @@ fn fill(s: &Store, from: u64, bytes: u64, value: &[u8]) -> u64 {
         if (i - from) % 65_536 == 65_535 {
             eprint!(
                 "\r  wrote {} MiB ({:.0} MiB/s)   ",
-                (i - from + 1) * VALUE as u64 >> 20,
+                ((i - from + 1) * VALUE as u64) >> 20,
                 ((i - from + 1) * VALUE as u64) as f64
                     / 1048576.0
                     / started.elapsed().as_secs_f64()

@@ -1,8 +1,11 @@
 //! Public API behaviour: bad input gets typed errors and leaves data intact, HEAD never reads the
 //! journal, operations after close fail, sync writers share fsyncs.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use levee_store::storage::{SimDisk, SimOp};
 use levee_store::{Config, Error, IndexChange, Store, SyncMode, Term, MAX_KEY_BYTES};
 
 fn open(dir: &std::path::Path) -> Store {
@@ -184,36 +187,70 @@ fn deletes_hide_objects_and_survive_reopen_and_merges() {
     }
 }
 
+/// Group commit, counted rather than timed: on the simulated disk the syncer's first fdatasync is
+/// held while 31 more sync writers append and wait (none is acknowledged before its record is
+/// durable); once released, one more fdatasync acknowledges all 31.
 #[test]
 fn sync_writers_share_fsyncs_group_commit() {
-    let d = tempfile::tempdir().unwrap();
+    let disk = SimDisk::new();
     let cfg = Config {
         sync_on_write: SyncMode::Sync,
         ..Config::default()
     };
-    let s = Arc::new(Store::open(d.path(), cfg).unwrap());
-    let threads: Vec<_> = (0..32)
-        .map(|t| {
-            let s = s.clone();
-            std::thread::spawn(move || {
-                for i in 0..40 {
-                    s.put(b"b", format!("{t}-{i}").as_bytes(), &[1u8; 512], b"", &[])
-                        .unwrap();
-                }
-            })
+    let s = Arc::new(Store::open_on(disk.handle(), "/db", cfg).unwrap());
+    let first_sqn = s.stats().last_sqn + 1;
+    let (held_tx, held) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let once = AtomicBool::new(false);
+    disk.set_hook(Some(Arc::new(move |op| {
+        if op == SimOp::Sync
+            && std::thread::current().name() == Some("levee-journal-sync")
+            && !once.swap(true, Ordering::SeqCst)
+        {
+            held_tx.send(()).unwrap();
+            release_rx.lock().unwrap().recv().unwrap();
+        }
+    })));
+    let put = |t: u32| {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            s.put(b"b", format!("w{t}").as_bytes(), &[1u8; 512], b"", &[])
+                .unwrap()
         })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
+    };
+    let first = put(0);
+    held.recv_timeout(Duration::from_secs(10))
+        .expect("the first sync put asks the syncer for an fdatasync");
+    let rest: Vec<_> = (1..32).map(put).collect();
+    // Every record is appended (SQNs are taken at append) while the first fdatasync is held.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.stats().last_sqn < first_sqn + 31 {
+        assert!(
+            Instant::now() < deadline,
+            "31 writers did not append within 10 s (last SQN {})",
+            s.stats().last_sqn
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        !first.is_finished() && rest.iter().all(|w| !w.is_finished()),
+        "a sync put returned before its fdatasync"
+    );
+    assert_eq!(s.stats().journal_fsyncs, 0);
+    release.send(()).unwrap();
+    first.join().unwrap();
+    for w in rest {
+        w.join().unwrap();
     }
     let st = s.stats();
-    assert_eq!(st.puts, 1280);
-    assert!(
-        st.journal_fsyncs * 2 <= st.puts,
-        "32 concurrent sync writers should share fsyncs: {} fsyncs for {} puts",
-        st.journal_fsyncs,
-        st.puts
+    assert_eq!(st.puts, 32);
+    assert_eq!(
+        st.journal_fsyncs, 2,
+        "the held fdatasync, then one for the 31 writers that gathered behind it"
     );
+    disk.set_hook(None);
+    s.close().unwrap();
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use levee_store::{
     aae_segment, Config, Error, FoldOrder, HeadFoldOptions, IndexChange, IndexQuery, SnapshotKind,
@@ -166,6 +166,7 @@ fn a_snapshot_never_changes_while_writes_flushes_and_merges_continue() {
     let q_before = snap
         .index_query(&q("i_int", Term::Int(0), Term::Int(1000)))
         .unwrap();
+    let flushes_before = s.stats().flushes;
     for round in 0..5 {
         for i in 0..300u32 {
             if i % 3 == 0 {
@@ -191,7 +192,19 @@ fn a_snapshot_never_changes_while_writes_flushes_and_merges_continue() {
             .unwrap();
         s.flush().unwrap();
     }
-    assert!(s.stats().merges > 0 || s.stats().flushes > 3);
+    // Five flushes put at least five tables in L0, over the merge trigger (4): the merges must
+    // have run, under the snapshot, once the ledger has settled.
+    assert!(
+        s.stats().flushes >= flushes_before + 5,
+        "flushes {} -> {}",
+        flushes_before,
+        s.stats().flushes
+    );
+    assert!(
+        s.wait_for_merges(Duration::from_secs(20)).unwrap(),
+        "merges did not settle within 20 s"
+    );
+    assert!(s.stats().merges > 0, "no merge ran: {:?}", s.stats());
     for i in 0..300u32 {
         let o = snap
             .get(b"b", format!("k{i:03}").as_bytes())
@@ -223,24 +236,61 @@ fn a_snapshot_never_changes_while_writes_flushes_and_merges_continue() {
     assert_eq!(s.get(b"b", b"k001").unwrap().unwrap().value, b"new4");
 }
 
+/// A query snapshot reads while its lifetime lasts and fails with `SnapshotExpired` (no longer
+/// counted live) once it has passed. Judged against the clock rather than a sleep: a read that
+/// ended before the lifetime could have run out must succeed, one that began after it surely had
+/// must fail. An attempt in which the machine stalled through the whole lifetime before the first
+/// read shows nothing, and is tried again.
 #[test]
 fn an_expired_snapshot_fails_with_a_typed_error() {
+    const LIFETIME: Duration = Duration::from_millis(200);
     let d = tempfile::tempdir().unwrap();
     let cfg = Config {
-        snapshot_query_lifetime: Duration::from_millis(100),
+        snapshot_query_lifetime: LIFETIME,
         ..Config::small_for_tests()
     };
     let s = Store::open(d.path(), cfg).unwrap();
     s.put(b"b", b"k", b"v", b"", &[]).unwrap();
-    let snap = s.snapshot(SnapshotKind::Query).unwrap();
-    assert!(snap.get(b"b", b"k").unwrap().is_some());
-    assert_eq!(s.stats().live_snapshots, 1);
-    std::thread::sleep(Duration::from_millis(150));
-    assert!(matches!(
-        snap.get(b"b", b"k"),
-        Err(Error::SnapshotExpired { .. })
-    ));
-    assert_eq!(s.stats().live_snapshots, 0);
+    for _attempt in 0..5 {
+        let before = Instant::now();
+        let snap = s.snapshot(SnapshotKind::Query).unwrap();
+        let taken = Instant::now();
+        let mut reads_in_lifetime = 0;
+        loop {
+            let start = Instant::now();
+            let read = snap.get(b"b", b"k");
+            let live = s.stats().live_snapshots;
+            let end = Instant::now();
+            if end < before + LIFETIME {
+                assert!(
+                    matches!(read, Ok(Some(_))),
+                    "read {:?} into the lifetime: {:?}",
+                    end - before,
+                    read.err()
+                );
+                assert_eq!(live, 1);
+                reads_in_lifetime += 1;
+            } else if start >= taken + LIFETIME {
+                assert!(
+                    matches!(read, Err(Error::SnapshotExpired { .. })),
+                    "read {:?} after the lifetime: {:?}",
+                    start - taken,
+                    read.map(|o| o.is_some())
+                );
+                assert_eq!(live, 0, "an expired snapshot still counted live");
+                break;
+            }
+            assert!(
+                start < taken + LIFETIME + Duration::from_secs(10),
+                "the snapshot still reads 10 s after its {LIFETIME:?} lifetime"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if reads_in_lifetime > 0 {
+            return;
+        }
+    }
+    panic!("in 5 attempts, no read landed within the snapshot's {LIFETIME:?} lifetime");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! builders.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -78,12 +78,48 @@ impl Node {
         AdminClient::connect(self.grpc.clone()).await.unwrap()
     }
 
-    pub fn scrape(&self) -> HashMap<String, f64> {
+    /// The body of `/metrics` (Prometheus text).
+    pub fn metrics_text(&self) -> String {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&self.metrics).unwrap();
         write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
         let mut body = String::new();
         s.read_to_string(&mut body).unwrap();
+        body
+    }
+
+    /// Every metric family the node exports, name → type, from the `# TYPE` lines.
+    pub fn metric_types(&self) -> BTreeMap<String, String> {
+        self.metrics_text()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| {
+                let (name, kind) = l.split_once(' ').unwrap();
+                (name.to_string(), kind.to_string())
+            })
+            .collect()
+    }
+
+    /// The `Stats` RPC's counters of each vnode, in partition order.
+    pub async fn vnode_counters(&self) -> Vec<HashMap<String, f64>> {
+        let r = self
+            .admin()
+            .await
+            .stats(pb::StatsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let mut v: Vec<(u32, HashMap<String, f64>)> = r
+            .vnodes
+            .into_iter()
+            .map(|s| (s.partition, s.counters))
+            .collect();
+        v.sort_by_key(|(p, _)| *p);
+        v.into_iter().map(|(_, c)| c).collect()
+    }
+
+    pub fn scrape(&self) -> HashMap<String, f64> {
+        let body = self.metrics_text();
         let mut out = HashMap::new();
         for l in body
             .lines()

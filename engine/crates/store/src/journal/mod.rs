@@ -69,10 +69,10 @@ impl Journal {
         sqn: u64,
         ledger_key: &[u8],
     ) -> Result<OwnedRecord> {
-        if find(pinned, sqn).is_some() {
-            return self.read_in(pinned, sqn, ledger_key);
+        match find(pinned, sqn) {
+            Some((seg, e)) => self.read_entry(&seg, e, sqn, ledger_key),
+            None => self.read(sqn, ledger_key),
         }
-        self.read(sqn, ledger_key)
     }
 
     /// Read the record with `sqn` from `segs` (a snapshot's segment list), verifying its checksum and
@@ -88,6 +88,17 @@ impl Journal {
                 "journal has no record with sqn {sqn} that the ledger points to"
             ))
         })?;
+        self.read_entry(&seg, e, sqn, ledger_key)
+    }
+
+    /// Read one located record and check it is the one asked for.
+    fn read_entry(
+        &self,
+        seg: &Segment,
+        e: IdxEntry,
+        sqn: u64,
+        ledger_key: &[u8],
+    ) -> Result<OwnedRecord> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let raw = seg.read_raw(e)?;
         let view = record::decode(&raw).map_err(|err| {

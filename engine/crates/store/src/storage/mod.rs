@@ -23,6 +23,7 @@ use std::sync::Arc;
 pub use sim::{FaultKind, FaultPlan, SimDisk, SimHook, SimOp};
 
 /// An open file. Reads are positional; writes only append (the engine never overwrites bytes).
+#[allow(clippy::len_without_is_empty)] // `len` is the file size; nothing asks for emptiness
 pub trait StorageFile: Send + Sync {
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read (0 at end of file).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
@@ -34,10 +35,6 @@ pub trait StorageFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
-    /// Whether the file holds no bytes.
-    fn is_empty(&self) -> io::Result<bool> {
-        Ok(self.len()? == 0)
-    }
 
     /// Fill `buf` from `offset`; `UnexpectedEof` if the file is shorter.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

@@ -23,8 +23,7 @@ impl Inner {
         if kind == Kind::Put {
             delta ^= aae::leaf_hash(bucket, key, metadata);
         }
-        let segments = self.aae.as_ref().map_or(1, |a| a.lock().segments());
-        Ok((aae::segment_of(bucket, key, segments), delta))
+        Ok((aae::segment_of(bucket, key, self.cfg.aae_segments), delta))
     }
 
     /// Install the AAE tree saved by the last clean close if it matches the recovered store (its
@@ -37,20 +36,8 @@ impl Inner {
             return Ok(None);
         };
         let path = self.dir.join(aae::TREE_FILE);
-        let saved = match self.disk.read(&path) {
-            Ok(buf) => {
-                match AaeState::decode(&buf, self.cfg.aae_segments, self.cfg.aae_branch_width) {
-                    Ok((sqn, st)) if sqn == last_sqn => Some(st),
-                    Ok((sqn, _)) => {
-                        log::info!("AAE tree file is for SQN {sqn}, the store is at {last_sqn}: rebuilding");
-                        None
-                    }
-                    Err(e) => {
-                        log::warn!("{}: {e}; rebuilding the AAE tree", path.display());
-                        None
-                    }
-                }
-            }
+        let found = match self.disk.read(&path) {
+            Ok(buf) => Some(buf),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {
                 return Err(Error::Io {
@@ -59,7 +46,22 @@ impl Inner {
                 })
             }
         };
-        if self.disk.exists(&path) {
+        let saved = found.as_ref().and_then(|buf| {
+            match AaeState::decode(buf, self.cfg.aae_segments, self.cfg.aae_branch_width) {
+                Ok((sqn, st)) if sqn == last_sqn => Some(st),
+                Ok((sqn, _)) => {
+                    log::info!(
+                        "AAE tree file is for SQN {sqn}, the store is at {last_sqn}: rebuilding"
+                    );
+                    None
+                }
+                Err(e) => {
+                    log::warn!("{}: {e}; rebuilding the AAE tree", path.display());
+                    None
+                }
+            }
+        });
+        if found.is_some() {
             remove_if_exists(&*self.disk, &path)?;
             sync_dir(&*self.disk, &self.dir)?;
         }

@@ -371,25 +371,31 @@ impl Store {
     /// the reason if the rebuild failed.
     pub fn wait_for_aae(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
+        let aae = self
+            .inner
+            .aae
+            .as_ref()
+            .ok_or_else(|| Error::InvalidConfig("AAE is disabled (aae_segments = 0)".into()))?;
         loop {
-            match self.aae_tree() {
-                Ok(_) => return Ok(true),
-                Err(Error::Busy(why)) => {
-                    let running = self
-                        .aae_builder
-                        .lock()
-                        .as_ref()
-                        .is_some_and(|h| !h.is_finished());
-                    if !running && !why.contains("being rebuilt") {
-                        return Err(Error::Busy(why));
-                    }
-                    if Instant::now() >= deadline {
-                        return Ok(false);
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+            self.inner.check_open()?;
+            // The builder's state before the tree's: a builder seen finished has already set the
+            // tree's final state.
+            let running = self
+                .aae_builder
+                .lock()
+                .as_ref()
+                .is_some_and(|h| !h.is_finished());
+            match aae.lock().unavailable.clone() {
+                None => return Ok(true),
+                Some(why) if !running => {
+                    return Err(Error::Busy(format!("the AAE tree is unavailable: {why}")))
                 }
-                Err(e) => return Err(e),
+                Some(_) => {}
             }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 

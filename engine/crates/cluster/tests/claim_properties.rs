@@ -292,7 +292,13 @@ fn movement_table() {
     let mut run = |r: u32, sizes: &[usize]| {
         let mut c = Claim::initial(params(r, 3), &members(0..sizes[0], 0)).unwrap();
         for &m in &sizes[1..] {
+            let started = std::time::Instant::now();
             let t = c.rebalance(&members(0..m, 0)).unwrap();
+            println!(
+                "ring {r} {}→{m}: rebalanced in {:.1} ms",
+                c.members().len(),
+                started.elapsed().as_secs_f64() * 1e3
+            );
             lines.push((
                 r,
                 c.members().len(),
@@ -306,6 +312,7 @@ fn movement_table() {
     };
     run(64, &[3, 4, 5, 4, 3]);
     run(1024, &[8, 9, 8]);
+    run(4096, &[12, 13]);
     for l in &lines {
         println!(
             "ring {} {}→{} members: moved {} (ideal {}), preflists short of 3 nodes {}",
@@ -319,6 +326,7 @@ fn movement_table() {
         (64, 4, 3, 16, 16, 2),
         (1024, 8, 9, 113, 113, 0),
         (1024, 9, 8, 113, 113, 0),
+        (4096, 12, 13, 315, 315, 0),
     ];
     assert_eq!(lines, want);
 }

@@ -118,7 +118,7 @@ mod tests {
         .unwrap()
     }
 
-    fn three(version: u64) -> MemberList {
+    fn four(version: u64) -> MemberList {
         list(
             version,
             &[
@@ -130,6 +130,20 @@ mod tests {
         )
     }
 
+    /// `four` plus n4 in zone z1.
+    fn five(version: u64) -> MemberList {
+        list(
+            version,
+            &[
+                ("n0", "h0:1", "z0"),
+                ("n1", "h1:1", "z1"),
+                ("n2", "h2:1", "z2"),
+                ("n3", "h3:1", "z0"),
+                ("n4", "h4:1", "z1"),
+            ],
+        )
+    }
+
     fn claim_of(l: &MemberList) -> Claim {
         let params = RingParams::new(RingSize::new(64).unwrap(), 3).unwrap();
         Claim::initial(params, &l.claim_members()).unwrap()
@@ -137,14 +151,14 @@ mod tests {
 
     #[test]
     fn classification_table() {
-        let cur = three(5);
+        let cur = four(5);
         let claim = claim_of(&cur);
         let classify = |new: &MemberList| classify_change(&cur, &claim, new);
 
-        assert_eq!(classify(&three(5)).unwrap(), MembershipChange::Unchanged);
+        assert_eq!(classify(&four(5)).unwrap(), MembershipChange::Unchanged);
         // A version bump alone, or new addresses: same owners.
         for new in [
-            three(6),
+            four(6),
             list(
                 6,
                 &[
@@ -163,16 +177,7 @@ mod tests {
             }
         }
         // A join and a leave are transitions, with who joins and who leaves.
-        let join = list(
-            6,
-            &[
-                ("n0", "h0:1", "z0"),
-                ("n1", "h1:1", "z1"),
-                ("n2", "h2:1", "z2"),
-                ("n3", "h3:1", "z0"),
-                ("n4", "h4:1", "z1"),
-            ],
-        );
+        let join = five(6);
         match classify(&join).unwrap() {
             MembershipChange::RingTransition {
                 transition,
@@ -198,7 +203,7 @@ mod tests {
         ));
         // Versions.
         assert_eq!(
-            classify(&three(4)).unwrap_err(),
+            classify(&four(4)).unwrap_err(),
             MembersError::VersionWentBackwards { current: 5, new: 4 }
         );
         assert_eq!(
@@ -214,22 +219,13 @@ mod tests {
 
     #[test]
     fn the_node_refuses_transitions_and_says_what_would_move() {
-        let cur = three(5);
+        let cur = four(5);
         let claim = claim_of(&cur);
-        assert_eq!(accept_without_transition(&cur, &claim, &three(5)), Ok(None));
-        assert!(accept_without_transition(&cur, &claim, &three(9))
+        assert_eq!(accept_without_transition(&cur, &claim, &four(5)), Ok(None));
+        assert!(accept_without_transition(&cur, &claim, &four(9))
             .unwrap()
             .is_some());
-        let join = list(
-            6,
-            &[
-                ("n0", "h0:1", "z0"),
-                ("n1", "h1:1", "z1"),
-                ("n2", "h2:1", "z2"),
-                ("n3", "h3:1", "z0"),
-                ("n4", "h4:1", "z1"),
-            ],
-        );
+        let join = five(6);
         let e = accept_without_transition(&cur, &claim, &join).unwrap_err();
         let MembersError::TransitionRefused {
             from,

@@ -1,8 +1,6 @@
 package autoscale
 
 import (
-	"bufio"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,32 +11,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+	"github.com/levee-io/levee/operator/internal/metricsdoc"
 )
 
-// documented parses the metric names (first column, in backticks) of docs/metrics.md, the
-// contract with the node; histograms also allow their _bucket, _sum and _count series.
+// documented is the metric contract: the names in docs/metrics.md.
 func documented(t *testing.T) map[string]bool {
 	t.Helper()
-	f, err := os.Open("../../../docs/metrics.md")
+	names, err := metricsdoc.Names("../../../docs/metrics.md")
 	if err != nil {
-		t.Fatalf("cannot read the metric list: %v", err)
+		t.Fatal(err)
 	}
-	defer f.Close()
-	row := regexp.MustCompile("^\\|\\s*`([a-z_:][a-z0-9_:]*)`\\s*\\|\\s*([a-z]+)\\s*\\|")
-	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if m := row.FindStringSubmatch(sc.Text()); m != nil {
-			out[m[1]] = true
-			if m[2] == "histogram" {
-				out[m[1]+"_bucket"], out[m[1]+"_sum"], out[m[1]+"_count"] = true, true, true
-			}
-		}
-	}
-	if len(out) < 10 {
-		t.Fatalf("parsed only %d names", len(out))
-	}
-	return out
+	return names
 }
 
 // Every metric name in every query the autoscaler sends is in docs/metrics.md.

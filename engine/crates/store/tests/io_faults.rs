@@ -72,10 +72,7 @@ fn run_case(seed: u64, mode: SyncMode, power_cut: bool) -> Result<u64, String> {
 
 fn run_many(mode: SyncMode, power_cut: bool, salt: u64) {
     let _ = env_logger::builder().is_test(true).try_init();
-    if let Some(seed) = std::env::var("LEVEE_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(seed) = sim::env_u64("LEVEE_FAULT_SEED") {
         if let Err(e) = run_case(seed, mode, power_cut) {
             panic!("seed {seed}: {e}");
         }

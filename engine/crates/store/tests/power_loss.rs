@@ -100,10 +100,7 @@ fn run_case(seed: u64, mode: SyncMode) -> Result<usize, String> {
 
 fn run_many(mode: SyncMode, salt: u64, cut_points: u64) {
     // LEVEE_POWER_SEED=<seed> reruns one case (with DEBUG=1 it prints each round's crash point).
-    if let Some(seed) = std::env::var("LEVEE_POWER_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(seed) = sim::env_u64("LEVEE_POWER_SEED") {
         if let Err(e) = run_case(seed, mode) {
             panic!("seed {seed} ({mode:?}): {e}");
         }

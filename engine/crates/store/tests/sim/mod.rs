@@ -326,10 +326,12 @@ pub fn check_acknowledged(store: &Store, hist: &History) -> Result<(), String> {
     Ok(())
 }
 
+/// A number from the environment variable `var` (a case count, or a seed to rerun alone).
+pub fn env_u64(var: &str) -> Option<u64> {
+    std::env::var(var).ok().and_then(|v| v.parse().ok())
+}
+
 /// How many cases a test runs: `default`, or the value of the environment variable `var`.
 pub fn cases(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    env_u64(var).unwrap_or(default)
 }

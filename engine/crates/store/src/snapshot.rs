@@ -474,7 +474,15 @@ impl Iterator for HeadFold {
                     continue;
                 }
             }
-            if self.opts.journal_check && !journal::Journal::contains_in(&view.segments, v.sqn) {
+            let in_journal = if self.opts.journal_check {
+                match journal::Journal::contains_in(&view.segments, v.sqn) {
+                    Ok(found) => found,
+                    Err(e) => return Some(Err(e)),
+                }
+            } else {
+                true
+            };
+            if !in_journal {
                 log::warn!(
                     "fold: sqn {} of {:?}/{:?} is missing from the journal",
                     v.sqn,
@@ -547,11 +555,11 @@ impl Iterator for ObjectFold {
                 } => {
                     if *entry >= entries.len() {
                         let seg = view.segments.get(*segment)?;
-                        *entries = seg
-                            .entries()
-                            .into_iter()
-                            .filter(|e| e.sqn <= view.fence)
-                            .collect();
+                        let all = match seg.entries() {
+                            Ok(all) => all,
+                            Err(e) => return Some(Err(e)),
+                        };
+                        *entries = all.into_iter().filter(|e| e.sqn <= view.fence).collect();
                         *entry = 0;
                         *segment += 1;
                         continue;

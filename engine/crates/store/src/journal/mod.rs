@@ -69,7 +69,7 @@ impl Journal {
         sqn: u64,
         ledger_key: &[u8],
     ) -> Result<OwnedRecord> {
-        match find(pinned, sqn) {
+        match find(pinned, sqn)? {
             Some((seg, e)) => self.read_entry(&seg, e, sqn, ledger_key),
             None => self.read(sqn, ledger_key),
         }
@@ -83,7 +83,7 @@ impl Journal {
         sqn: u64,
         ledger_key: &[u8],
     ) -> Result<OwnedRecord> {
-        let (seg, e) = find(segs, sqn).ok_or_else(|| {
+        let (seg, e) = find(segs, sqn)?.ok_or_else(|| {
             Error::Corruption(format!(
                 "journal has no record with sqn {sqn} that the ledger points to"
             ))
@@ -120,8 +120,8 @@ impl Journal {
     }
 
     /// Whether the journal holds a record with `sqn` (index lookup only).
-    pub(crate) fn contains_in(segs: &[Arc<Segment>], sqn: u64) -> bool {
-        find(segs, sqn).is_some()
+    pub(crate) fn contains_in(segs: &[Arc<Segment>], sqn: u64) -> Result<bool> {
+        Ok(find(segs, sqn)?.is_some())
     }
 
     pub(crate) fn disk_bytes(&self) -> u64 {
@@ -129,19 +129,20 @@ impl Journal {
     }
 }
 
-/// Find the segment and index entry of `sqn` in a list ordered by SQN range.
-pub(crate) fn find(segs: &[Arc<Segment>], sqn: u64) -> Option<(Arc<Segment>, IdxEntry)> {
+/// Find the segment and index entry of `sqn` in a list ordered by SQN range. Errs only when a
+/// lazily opened segment's index cannot be read.
+pub(crate) fn find(segs: &[Arc<Segment>], sqn: u64) -> Result<Option<(Arc<Segment>, IdxEntry)>> {
     let mut i = segs.partition_point(|s| s.first_sqn().is_some_and(|f| f <= sqn));
     while i > 0 {
         i -= 1;
-        if let Some(e) = segs[i].locate(sqn) {
-            return Some((segs[i].clone(), e));
+        if let Some(e) = segs[i].locate(sqn)? {
+            return Ok(Some((segs[i].clone(), e)));
         }
         if segs[i].first_sqn().is_some() {
             break;
         }
     }
-    None
+    Ok(None)
 }
 
 /// The append side: the active segment and its write handle. Owned by the store's write lock.

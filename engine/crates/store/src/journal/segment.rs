@@ -8,6 +8,9 @@
 //! ```
 //!
 //! The index of the active segment lives only in memory and is rebuilt by scanning the file on open.
+//! A closed segment whose records the ledger has all persisted is opened *lazily*: its SQN range
+//! comes from the manifest and its index file is read on the first lookup inside that range, so
+//! opening a store does not read every segment's index (20 bytes per record).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,13 +53,20 @@ pub(crate) fn cseg_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}.cseg"))
 }
 
+/// A segment's SQN→offset index: in memory, or (closed, fully persisted segments opened by
+/// recovery) only its SQN range until a lookup needs it.
+enum Index {
+    Loaded(Vec<IdxEntry>),
+    Lazy { first: u64, last: u64 },
+}
+
 /// One segment file, shared by readers (pread) and, while active, the writer.
 pub(crate) struct Segment {
     pub id: u64,
     pub path: PathBuf,
     disk: Disk,
     file: Arc<dyn StorageFile>,
-    index: RwLock<Vec<IdxEntry>>,
+    index: RwLock<Index>,
     closed: AtomicBool,
     /// Replaced by compaction: the files go when the last reader (e.g. a snapshot) lets go.
     obsolete: AtomicBool,
@@ -113,7 +123,7 @@ impl Segment {
             path,
             disk: disk.clone(),
             file: file.clone(),
-            index: RwLock::new(Vec::new()),
+            index: RwLock::new(Index::Loaded(Vec::new())),
             closed: AtomicBool::new(false),
             obsolete: AtomicBool::new(false),
         };
@@ -126,6 +136,28 @@ impl Segment {
         dir: &Path,
         id: u64,
         index: Vec<IdxEntry>,
+        closed: bool,
+    ) -> Result<Arc<Segment>> {
+        Self::open_with(disk, dir, id, Index::Loaded(index), closed)
+    }
+
+    /// Open a closed segment holding SQNs `first..=last` (from the manifest) without reading its
+    /// index: the index file is loaded on the first lookup inside that range.
+    pub(crate) fn open_lazy(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+        first: u64,
+        last: u64,
+    ) -> Result<Arc<Segment>> {
+        Self::open_with(disk, dir, id, Index::Lazy { first, last }, true)
+    }
+
+    fn open_with(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+        index: Index,
         closed: bool,
     ) -> Result<Arc<Segment>> {
         let path = seg_path(dir, id);
@@ -143,14 +175,73 @@ impl Segment {
         }))
     }
 
+    /// Load a lazily opened segment's index (its file, or a rescan when the file is missing or
+    /// damaged). Checks that the records match the range the manifest gave.
+    fn load(&self) -> Result<()> {
+        let (first, last) = match *self.index.read() {
+            Index::Loaded(_) => return Ok(()),
+            Index::Lazy { first, last } => (first, last),
+        };
+        let mut idx = self.index.write();
+        if let Index::Loaded(_) = *idx {
+            return Ok(());
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let exact = |v: &[IdxEntry]| {
+            v.first().map(|e| e.sqn) == Some(first) && v.last().map(|e| e.sqn) == Some(last)
+        };
+        let entries = match load_index(&*self.disk, dir, self.id)? {
+            Some(v) if exact(&v) => v,
+            other => {
+                if other.is_some() {
+                    log::warn!(
+                        "journal index of {} does not match the manifest's SQNs {first}..{last}: \
+                         rebuilding it from the segment",
+                        self.path.display()
+                    );
+                }
+                let v = rescan_closed(&*self.disk, &self.path)?;
+                if v.iter().any(|e| e.sqn < first || e.sqn > last) {
+                    return Err(Error::Corruption(format!(
+                        "journal segment {} holds SQNs outside the manifest's {first}..{last}",
+                        self.path.display()
+                    )));
+                }
+                if exact(&v) {
+                    write_index(&*self.disk, dir, self.id, &v)?;
+                }
+                v
+            }
+        };
+        *idx = Index::Loaded(entries);
+        Ok(())
+    }
+
+    /// Run `f` on the loaded index.
+    fn with_index<T>(&self, f: impl FnOnce(&[IdxEntry]) -> T) -> Result<T> {
+        self.load()?;
+        match &*self.index.read() {
+            Index::Loaded(v) => Ok(f(v)),
+            Index::Lazy { .. } => unreachable!("load() leaves the index loaded"),
+        }
+    }
+
     pub(crate) fn first_sqn(&self) -> Option<u64> {
-        self.index.read().first().map(|e| e.sqn)
+        match &*self.index.read() {
+            Index::Loaded(v) => v.first().map(|e| e.sqn),
+            Index::Lazy { first, .. } => Some(*first),
+        }
     }
     pub(crate) fn last_sqn(&self) -> Option<u64> {
-        self.index.read().last().map(|e| e.sqn)
+        match &*self.index.read() {
+            Index::Loaded(v) => v.last().map(|e| e.sqn),
+            Index::Lazy { last, .. } => Some(*last),
+        }
     }
-    pub(crate) fn record_count(&self) -> u64 {
-        self.index.read().len() as u64
+    /// Whether the index is in memory (false only for a lazily opened segment not yet read).
+    #[cfg(test)]
+    pub(crate) fn index_loaded(&self) -> bool {
+        matches!(*self.index.read(), Index::Loaded(_))
     }
     /// Mark replaced: its files are removed when the last reference goes.
     pub(crate) fn mark_obsolete(&self) {
@@ -160,22 +251,33 @@ impl Segment {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
+    /// Append to the index of the active segment (always loaded).
     pub(crate) fn push_index(&self, e: IdxEntry) {
-        self.index.write().push(e);
+        match &mut *self.index.write() {
+            Index::Loaded(v) => v.push(e),
+            Index::Lazy { .. } => unreachable!("only the active segment is appended to"),
+        }
     }
-    pub(crate) fn entries(&self) -> Vec<IdxEntry> {
-        self.index.read().clone()
+    pub(crate) fn entries(&self) -> Result<Vec<IdxEntry>> {
+        self.with_index(|v| v.to_vec())
     }
     pub(crate) fn disk_bytes(&self) -> u64 {
         self.file.len().unwrap_or(0)
     }
 
-    /// Find the record with this SQN.
-    pub(crate) fn locate(&self, sqn: u64) -> Option<IdxEntry> {
-        let idx = self.index.read();
-        idx.binary_search_by_key(&sqn, |e| e.sqn)
-            .ok()
-            .map(|i| idx[i])
+    /// Find the record with this SQN. A lazily opened segment reads its index only when `sqn`
+    /// falls inside its range.
+    pub(crate) fn locate(&self, sqn: u64) -> Result<Option<IdxEntry>> {
+        if let Index::Lazy { first, last } = *self.index.read() {
+            if sqn < first || sqn > last {
+                return Ok(None);
+            }
+        }
+        self.with_index(|idx| {
+            idx.binary_search_by_key(&sqn, |e| e.sqn)
+                .ok()
+                .map(|i| idx[i])
+        })
     }
 
     /// Read the raw bytes of one record (one pread).
@@ -201,7 +303,7 @@ impl Segment {
 
     /// Mark closed and write the index file durably.
     pub(crate) fn close(&self, dir: &Path) -> Result<()> {
-        write_index(&*self.disk, dir, self.id, &self.index.read())?;
+        self.with_index(|v| write_index(&*self.disk, dir, self.id, v))??;
         self.closed.store(true, Ordering::Release);
         Ok(())
     }
@@ -264,6 +366,42 @@ pub(crate) fn load_index(disk: &dyn Storage, dir: &Path, id: u64) -> Result<Opti
         Err(e) => {
             log::warn!("{}: {e}; rebuilding it from the segment", path.display());
             Ok(None)
+        }
+    }
+}
+
+/// Rebuild the index of a closed segment whose index file is missing or damaged. Its records were
+/// all persisted to the ledger before it was opened lazily, so a damaged record only costs reads of
+/// that record (they report it missing): the scan steps over it and goes on.
+fn rescan_closed(disk: &dyn Storage, path: &Path) -> Result<Vec<IdxEntry>> {
+    let mut entries: Vec<IdxEntry> = Vec::new();
+    let mut start = 0u64;
+    loop {
+        let last = entries.last().map(|e| e.sqn).unwrap_or(0);
+        match scan(disk, path, start, last, |e, _| {
+            entries.push(e);
+            Ok(())
+        })? {
+            ScanEnd::Clean => return Ok(entries),
+            ScanEnd::TornTail { offset, reason } => {
+                log::warn!(
+                    "closed journal segment {}: damaged tail at offset {offset} ({reason})",
+                    path.display()
+                );
+                return Ok(entries);
+            }
+            ScanEnd::Corrupt {
+                offset,
+                reason,
+                next_valid,
+            } => {
+                log::error!(
+                    "closed journal segment {}: damaged record at offset {offset} ({reason}); \
+                     valid data resumes at {next_valid}",
+                    path.display()
+                );
+                start = next_valid;
+            }
         }
     }
 }

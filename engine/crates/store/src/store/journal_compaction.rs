@@ -38,7 +38,7 @@ impl Inner {
 
     /// Percentage of a segment's bytes still live, from a contiguous sample of its records.
     pub(super) fn score_segment(&self, seg: &Segment, protected: Sqn, seed: u64) -> Result<f64> {
-        let entries = seg.entries();
+        let entries = seg.entries()?;
         if entries.is_empty() {
             return Ok(100.0);
         }
@@ -113,7 +113,7 @@ impl Inner {
         let mut moved = 0u64;
         let rewrite = (|| -> Result<()> {
             for seg in run {
-                for e in seg.entries() {
+                for e in seg.entries()? {
                     if self.closed.load(Ordering::Acquire) {
                         return Err(Error::Closed);
                     }

@@ -152,7 +152,18 @@ impl Store {
         };
         for (i, &id) in ids.iter().enumerate() {
             let is_last = i + 1 == ids.len();
-            let listed_closed = m.segments.iter().any(|s| s.id == id && s.closed);
+            let listed = m.segments.iter().find(|s| s.id == id);
+            let listed_closed = listed.is_some_and(|s| s.closed);
+            // Closed, and every record in the ledger already: nothing to replay, so its index is
+            // read only when a lookup first needs it (open time does not grow with the journal).
+            if let Some(s) =
+                listed.filter(|s| s.closed && s.first_sqn > 0 && s.last_sqn <= persisted)
+            {
+                let seg = Segment::open_lazy(&disk, &journal_dir, id, s.first_sqn, s.last_sqn)?;
+                max_sqn = max_sqn.max(s.last_sqn);
+                segments.push(seg);
+                continue;
+            }
             let idx = if listed_closed || !is_last {
                 segment::load_index(&*disk, &journal_dir, id)?
             } else {
@@ -160,7 +171,7 @@ impl Store {
             };
             let seg = if let Some(entries) = idx {
                 let seg = Segment::open(&disk, &journal_dir, id, entries, true)?;
-                for e in seg.entries().into_iter().filter(|e| e.sqn > persisted) {
+                for e in seg.entries()?.into_iter().filter(|e| e.sqn > persisted) {
                     let raw = seg.read_raw(e)?;
                     let view = record::decode(&raw).map_err(|err| {
                         Error::Corruption(format!(
@@ -247,8 +258,9 @@ impl Store {
                         }
                     }
                 }
+                let has_records = !entries.is_empty();
                 let seg = Segment::open(&disk, &journal_dir, id, entries, false)?;
-                if seg.record_count() > 0 {
+                if has_records {
                     // What the scan found may be only in the page cache (a process crash): make
                     // it durable before anything (a flush, a compaction) relies on it.
                     disk.open(&path, true)
@@ -380,5 +392,46 @@ impl Store {
             aae_builder: Mutex::new(aae_builder),
             lock: Mutex::new(Some(lock)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SimDisk;
+
+    fn loaded(s: &Store) -> (usize, usize) {
+        let segs = s.inner.journal.segments();
+        let n = segs.iter().filter(|g| g.index_loaded()).count();
+        (n, segs.len())
+    }
+
+    /// Open reads no closed, fully persisted segment's index; a GET reads exactly the one it needs.
+    #[test]
+    fn open_reads_no_persisted_segment_index_and_a_get_reads_one() {
+        let disk = SimDisk::new();
+        let cfg = Config {
+            journal_segment_records: 10,
+            ..Config::small_for_tests()
+        };
+        let dir = Path::new("/db");
+        let s = Store::open_on(disk.handle(), dir, cfg.clone()).unwrap();
+        for i in 0..100 {
+            s.put(b"b", format!("k{i:03}").as_bytes(), b"v", b"", &[])
+                .unwrap();
+        }
+        s.close().unwrap();
+        let s = Store::open_on(disk.handle(), dir, cfg).unwrap();
+        let (n, total) = loaded(&s);
+        assert!(total >= 10, "expected ten or more segments, got {total}");
+        assert_eq!(
+            n, 1,
+            "only the new active segment's index may be in memory after open"
+        );
+        assert_eq!(s.get(b"b", b"k005").unwrap().unwrap().value, b"v");
+        assert_eq!(loaded(&s).0, 2, "a GET loads the one index it needs");
+        assert!(s.head(b"b", b"k050").unwrap().is_some());
+        assert_eq!(loaded(&s).0, 2, "a HEAD reads the ledger only");
+        s.close().unwrap();
     }
 }

@@ -1,6 +1,6 @@
 //! levee-cluster: the cluster layer of levee.
 //!
-//! This first part holds the ring and the member list, as pure functions of plain data:
+//! Pure functions of plain data (the node does the I/O and calls them):
 //!
 //! * [`ring::hash`] — (bucket, key) → partition, frozen for the life of a data directory.
 //! * [`ring::claim`] — members → the owner of every partition, balanced, spread over nodes and
@@ -10,14 +10,33 @@
 //! * [`membership`] — the versioned member list the operator writes, and the classification of
 //!   a new list (same claim, or a ring transition the node must refuse for now).
 //! * [`ring::ring_file`] — the ring size recorded in a data directory at first start.
+//! * [`causality`] — dotted version vectors, sibling sets and their merge, last-write-wins,
+//!   tombstones, and the binary encoding of object metadata and client contexts.
+//! * [`quorum`] — the coordinator's decisions: PUT and GET quorum trackers (`w`/`pw`/`dw`,
+//!   `r`/`pr`/`notfound_ok`/`basic_quorum`), value fetch and read-repair plans, and the
+//!   per-bucket-type options.
 //!
 //! `docs/cluster.md` describes the algorithms, formats and their limits.
 
+pub mod causality;
 pub mod membership;
+pub mod quorum;
 pub mod ring;
+
+pub use causality::{
+    decode_context, decode_siblings, encode_context, encode_siblings, tombstone_reapable, update,
+    Actor, Causal, Clock, ConflictPolicy, CounterExhausted, DecodeError, Dot, ReplicaCopy, Sibling,
+    SiblingKind, SiblingMeta, SiblingSet,
+};
 
 pub use membership::change::{accept_without_transition, classify_change, MembershipChange};
 pub use membership::members::{Member, MemberList, MembersError};
+pub use quorum::{
+    BucketTypeProps, Failure, GetDecision, GetTracker, HeadReply, OptionsError, PutDecision,
+    PutReply, PutSummary, PutTracker, QuorumError, QuorumOption, QuorumValue, ReadOptions,
+    ReadQuorum, RepairPlan, RepairReason, ReplicaRole, TrackerError, ValueFetch, WriteOptions,
+    WriteQuorum,
+};
 pub use ring::claim::{Claim, ClaimMember, ClaimReport, Move, Transition};
 pub use ring::hash::partition_of;
 pub use ring::preflist::{

@@ -26,6 +26,7 @@ mod fsutil;
 mod journal;
 mod keys;
 mod ledger;
+mod lock_order;
 mod manifest;
 mod snapshot;
 pub mod storage;
@@ -42,6 +43,8 @@ pub use compaction::{
 pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
 pub use error::{Error, Result};
 pub use keys::{IndexChange, IndexOp, Term};
+#[doc(hidden)]
+pub use lock_order::checked as lock_order_checked;
 pub use snapshot::{
     index_continuation, FoldOrder, FoldedHead, FoldedObject, HeadFold, HeadFoldOptions, IndexPage,
     IndexQuery, ObjectFold, Snapshot, SnapshotKind,

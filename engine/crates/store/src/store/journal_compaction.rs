@@ -155,7 +155,7 @@ impl Inner {
                             // Woken by close, which waits for this run to stop.
                             let mut bg = self.bg.lock();
                             if !self.closed.load(Ordering::Acquire) {
-                                self.bg_cv.wait_for(&mut bg, wait);
+                                self.bg_cv.wait_for(bg.raw(), wait);
                             }
                         }
                     }
@@ -237,7 +237,7 @@ impl Inner {
                         break;
                     }
                     self.bg_cv
-                        .wait_for(&mut bg, Duration::from_secs((next - now).min(60)));
+                        .wait_for(bg.raw(), Duration::from_secs((next - now).min(60)));
                 }
             }
             match self.compact_journal() {

@@ -39,7 +39,7 @@ impl Inner {
                 Ok(false) => {
                     self.done_cv.notify_all();
                     if !bg.shutdown {
-                        self.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
+                        self.bg_cv.wait_for(bg.raw(), Duration::from_millis(200));
                     }
                 }
                 Err(e) => {

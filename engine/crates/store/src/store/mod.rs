@@ -9,13 +9,10 @@
 //! - `snapshots`: consistent views and the release of expired ones;
 //! - `shutdown`: close and the crash stand-in; `stats`: counters.
 //!
-//! Lock order: a thread holding a lock takes only locks to its right, never one to its left:
-//! `compaction_lock` → `write` → `journal_sync_gate` → `active_journal`;
-//! `write` → `aae`; `write` → `mem`; `write` → `manifest` → `version`;
-//! `bg` → `mem` and `bg` → `version` (stall and settle checks read them under `bg`);
-//! `snapshots` → a snapshot's view → its fold slots.
-//! `sync` and `bg` are leaves: each is held alone, never while taking the other or any lock above
-//! (`poison_journal` takes them one after the other). `mem` and `version` are never nested.
+//! Lock order: `crate::lock_order::Rank` lists the locks of `Inner` in order; a thread holding one
+//! takes only locks further down that list (compaction_lock, snapshots, write, journal_sync_gate,
+//! active_journal, aae, manifest, bg, mem, version, sync). The store's tests check every
+//! acquisition against it (feature `lock-order-check`), so this comment cannot drift from the code.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -38,6 +35,7 @@ use crate::ledger::memtable::Memtable;
 use crate::ledger::sst::{sst_path, Table, TableBuilder};
 use crate::ledger::value::LedgerValue;
 use crate::ledger::{merge_backlog, pick_merge, run_merge, Version};
+use crate::lock_order::{Rank, Ranked};
 use crate::manifest::{self, Manifest, SegmentEntry, KEEP};
 use crate::snapshot::{
     FoldedHead, HeadFoldOptions, IndexPage, IndexQuery, SnapInner, Snapshot, SnapshotKind,
@@ -150,28 +148,28 @@ struct Inner {
     ledger_dir: PathBuf,
     cfg: Config,
     journal: Arc<Journal>,
-    write: Mutex<WriteState>,
+    write: Ranked<Mutex<WriteState>>,
     /// The active segment's file, replaced on a roll. The syncer and the flush worker sync it
     /// without the write lock, so they never wait behind writers (or behind close, which holds
     /// that lock while it joins the worker).
-    active_journal: Mutex<Arc<dyn StorageFile>>,
+    active_journal: Ranked<Mutex<Arc<dyn StorageFile>>>,
     /// Held across every fdatasync of the active segment (group commit, background sync, flush,
     /// roll, close) together with its poisoning decision, so no sync can succeed over bytes an
     /// earlier failed sync dropped before the store is marked poisoned.
-    journal_sync_gate: Mutex<()>,
-    aae: Option<Mutex<AaeState>>,
-    compaction_lock: Mutex<()>,
-    snapshots: Mutex<Vec<std::sync::Weak<SnapInner>>>,
-    mem: RwLock<MemState>,
-    version: RwLock<Arc<Version>>,
+    journal_sync_gate: Ranked<Mutex<()>>,
+    aae: Option<Ranked<Mutex<AaeState>>>,
+    compaction_lock: Ranked<Mutex<()>>,
+    snapshots: Ranked<Mutex<Vec<std::sync::Weak<SnapInner>>>>,
+    mem: Ranked<RwLock<MemState>>,
+    version: Ranked<RwLock<Arc<Version>>>,
     persisted_sqn: AtomicU64,
     last_sqn: AtomicU64,
     next_file_id: AtomicU64,
-    manifest: Mutex<ManifestState>,
-    sync: Mutex<SyncState>,
+    manifest: Ranked<Mutex<ManifestState>>,
+    sync: Ranked<Mutex<SyncState>>,
     sync_cv: Condvar,
     syncer_cv: Condvar,
-    bg: Mutex<Bg>,
+    bg: Ranked<Mutex<Bg>>,
     bg_cv: Condvar,
     done_cv: Condvar,
     closed: AtomicBool,
@@ -302,7 +300,7 @@ impl Store {
             if let Some(e) = &bg.error {
                 return Err(Error::Poisoned(e.clone()));
             }
-            i.done_cv.wait_for(&mut bg, Duration::from_millis(50));
+            i.done_cv.wait_for(bg.raw(), Duration::from_millis(50));
         }
         Ok(())
     }
@@ -329,7 +327,7 @@ impl Store {
                 return Ok(false);
             }
             i.bg_cv.notify_all();
-            i.done_cv.wait_for(&mut bg, Duration::from_millis(50));
+            i.done_cv.wait_for(bg.raw(), Duration::from_millis(50));
         }
     }
 

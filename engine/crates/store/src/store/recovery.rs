@@ -297,7 +297,7 @@ impl Store {
             size: 0,
             records: 0,
         };
-        let active_journal = Mutex::new(writer.file.clone());
+        let active_journal = Ranked::mutex(Rank::ActiveJournal, writer.file.clone());
 
         let persisted_floor = manifest::persisted_floor(&*disk, &dir)?;
         let inner = Arc::new(Inner {
@@ -306,44 +306,60 @@ impl Store {
             ledger_dir,
             journal,
             active_journal,
-            journal_sync_gate: Mutex::new(()),
-            aae: (cfg.aae_segments > 0)
-                .then(|| Mutex::new(AaeState::new(cfg.aae_segments, cfg.aae_branch_width))),
-            snapshots: Mutex::new(Vec::new()),
-            compaction_lock: Mutex::new(()),
-            write: Mutex::new(WriteState {
-                journal: writer,
-                next_sqn: max_sqn + 1,
-                next_segment_id: next_segment_id + 1,
-                buf: Vec::new(),
-                unsynced_bytes: 0,
-                unflushed_journal_bytes: 0,
+            journal_sync_gate: Ranked::mutex(Rank::JournalSyncGate, ()),
+            aae: (cfg.aae_segments > 0).then(|| {
+                Ranked::mutex(
+                    Rank::Aae,
+                    AaeState::new(cfg.aae_segments, cfg.aae_branch_width),
+                )
             }),
-            mem: RwLock::new(mem),
-            version: RwLock::new(Arc::new(version)),
+            snapshots: Ranked::mutex(Rank::Snapshots, Vec::new()),
+            compaction_lock: Ranked::mutex(Rank::CompactionLock, ()),
+            write: Ranked::mutex(
+                Rank::Write,
+                WriteState {
+                    journal: writer,
+                    next_sqn: max_sqn + 1,
+                    next_segment_id: next_segment_id + 1,
+                    buf: Vec::new(),
+                    unsynced_bytes: 0,
+                    unflushed_journal_bytes: 0,
+                },
+            ),
+            mem: Ranked::rwlock(Rank::Mem, mem),
+            version: Ranked::rwlock(Rank::Version, Arc::new(version)),
             persisted_sqn: AtomicU64::new(persisted),
             last_sqn: AtomicU64::new(max_sqn),
             next_file_id: AtomicU64::new(max_file_id),
-            manifest: Mutex::new(ManifestState {
-                generation: newest_gen.max(m.generation),
-                pending: VecDeque::new(),
-                persisted_history: VecDeque::from([persisted_floor]),
-            }),
-            sync: Mutex::new(SyncState {
-                synced: max_sqn,
-                requested: max_sqn,
-                shutdown: false,
-                failed: None,
-            }),
+            manifest: Ranked::mutex(
+                Rank::Manifest,
+                ManifestState {
+                    generation: newest_gen.max(m.generation),
+                    pending: VecDeque::new(),
+                    persisted_history: VecDeque::from([persisted_floor]),
+                },
+            ),
+            sync: Ranked::mutex(
+                Rank::Sync,
+                SyncState {
+                    synced: max_sqn,
+                    requested: max_sqn,
+                    shutdown: false,
+                    failed: None,
+                },
+            ),
             sync_cv: Condvar::new(),
             syncer_cv: Condvar::new(),
-            bg: Mutex::new(Bg {
-                merge_blocked: None,
-                shutdown: false,
-                abandon: false,
-                error: None,
-                cursors: vec![Vec::new(); NUM_LEVELS],
-            }),
+            bg: Ranked::mutex(
+                Rank::Bg,
+                Bg {
+                    merge_blocked: None,
+                    shutdown: false,
+                    abandon: false,
+                    error: None,
+                    cursors: vec![Vec::new(); NUM_LEVELS],
+                },
+            ),
             bg_cv: Condvar::new(),
             done_cv: Condvar::new(),
             closed: AtomicBool::new(false),

@@ -88,6 +88,10 @@ impl Store {
     pub fn stats(&self) -> Stats {
         let i = &self.inner;
         let version = i.version.read().clone();
+        // Each lock on its own statement: temporaries in the struct literal below would all be held
+        // to its end, nesting `sync` and `bg` (both leaves, see lock_order::Rank).
+        let journal_synced_sqn = i.sync.lock().synced;
+        let merges_blocked = i.bg.lock().merge_blocked.is_some();
         let c = &i.c;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
@@ -118,7 +122,7 @@ impl Store {
             journal_compaction_active: l(&c.compaction_active),
             persisted_sqn: i.persisted_sqn.load(Ordering::Acquire),
             last_sqn: i.last_sqn.load(Ordering::Acquire),
-            journal_synced_sqn: i.sync.lock().synced,
+            journal_synced_sqn,
             journal_segments: i.journal.segments().len() as u64,
             ledger_files_per_level: version.levels.iter().map(|l| l.len() as u64).collect(),
             ledger_damaged_blocks: version
@@ -127,7 +131,7 @@ impl Store {
                 .flatten()
                 .map(|t| t.damaged_blocks())
                 .sum(),
-            ledger_merges_blocked: u64::from(i.bg.lock().merge_blocked.is_some()),
+            ledger_merges_blocked: u64::from(merges_blocked),
         }
     }
 }

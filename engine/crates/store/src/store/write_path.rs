@@ -258,7 +258,7 @@ impl Inner {
                 return Err(Error::Closed);
             }
             self.bg_cv.notify_all();
-            self.done_cv.wait_for(&mut bg, Duration::from_millis(10));
+            self.done_cv.wait_for(bg.raw(), Duration::from_millis(10));
         }
         let n = start.elapsed().as_nanos() as u64;
         self.c.stall_nanos.fetch_add(n, Ordering::Relaxed);
@@ -285,7 +285,7 @@ impl Inner {
                 s.requested = sqn;
                 self.syncer_cv.notify_one();
             }
-            self.sync_cv.wait(&mut s);
+            self.sync_cv.wait(s.raw());
         }
     }
 
@@ -293,7 +293,7 @@ impl Inner {
         let mut s = self.sync.lock();
         loop {
             while s.requested <= s.synced && !s.shutdown {
-                self.syncer_cv.wait(&mut s);
+                self.syncer_cv.wait(s.raw());
             }
             if s.shutdown {
                 return;

@@ -8,7 +8,9 @@ use levee_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use crate::errors::to_status;
-use crate::vnodes::{Member, Vnodes};
+use crate::membership::{ApplyError, ClusterView};
+use crate::vnodes::Vnodes;
+use levee_cluster::{Member, MemberList};
 
 pub struct AdminService {
     pub vnodes: Arc<Vnodes>,
@@ -214,45 +216,53 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         _: Request<pb::MembersRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        let m = self.vnodes.members.lock();
-        Ok(Response::new(members_response(&m)))
+        Ok(Response::new(members_response(
+            &self.vnodes.membership.view(),
+        )))
     }
 
     async fn set_members(
         &self,
         req: Request<pb::SetMembersRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        let list = req.into_inner().members;
-        for m in &list {
-            if m.name.is_empty() || m.address.is_empty() {
-                return Err(Status::invalid_argument(
-                    "every member needs a name and an address",
-                ));
-            }
-        }
-        let mut m = self.vnodes.members.lock();
-        m.0 += 1;
-        m.1 = list
-            .into_iter()
-            .map(|x| Member {
-                name: x.name,
-                address: x.address,
-            })
-            .collect();
-        Ok(Response::new(members_response(&m)))
+        let req = req.into_inner();
+        let list = MemberList::new(
+            req.version,
+            req.members
+                .into_iter()
+                .map(|m| Member::new(m.name, m.address, m.zone))
+                .collect(),
+        )
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let membership = self.vnodes.membership.clone();
+        tokio::task::spawn_blocking(move || membership.apply(list))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| match e {
+                ApplyError::Refused(r) => Status::failed_precondition(r.to_string()),
+                ApplyError::Commit(c) => Status::internal(format!("{c:#}")),
+            })?;
+        Ok(Response::new(members_response(
+            &self.vnodes.membership.view(),
+        )))
     }
 }
 
-fn members_response(m: &(u64, Vec<Member>)) -> pb::MembersResponse {
+fn members_response(v: &ClusterView) -> pb::MembersResponse {
     pb::MembersResponse {
-        version: m.0,
-        members: m
-            .1
+        version: v.list.version(),
+        members: v
+            .list
+            .members()
             .iter()
             .map(|x| pb::Member {
                 name: x.name.clone(),
                 address: x.address.clone(),
+                zone: x.zone.clone(),
             })
             .collect(),
+        owners: v.claim.owners().map(String::from).collect(),
+        ring_size: v.claim.ring_size().get(),
+        n_val: v.claim.n_val(),
     }
 }

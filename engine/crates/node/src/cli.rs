@@ -133,6 +133,25 @@ pub enum AdminCmd {
         #[arg(long)]
         journal_check: bool,
     },
+    /// The member list this node runs with (version, name, address, zone, partitions owned).
+    Members {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Give the node a new member list: a JSON file as in docs/cluster.md ("Member list").
+    /// Refused when it would move partitions, or its version is not newer.
+    SetMembers {
+        #[command(flatten)]
+        conn: Conn,
+        /// The member list (JSON: {"version": N, "members": [{"name", "address", "zone"}]}).
+        #[arg(long)]
+        file: std::path::PathBuf,
+    },
+    /// The ring: the owner of each partition under the node's member list.
+    Ring {
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 /// The endpoint URI and, when TLS is asked for (an `https://` address or any `--tls-*` option),
@@ -262,7 +281,10 @@ impl ClientCmd {
                 AdminCmd::Status { conn }
                 | AdminCmd::Stats { conn }
                 | AdminCmd::CompactJournal { conn, .. }
-                | AdminCmd::AaeRebuild { conn, .. },
+                | AdminCmd::AaeRebuild { conn, .. }
+                | AdminCmd::Members { conn }
+                | AdminCmd::SetMembers { conn, .. }
+                | AdminCmd::Ring { conn },
             ) => conn,
         }
     }
@@ -534,7 +556,94 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                     ),
                 );
             }
+            AdminCmd::Members { conn } => {
+                let r = AdminClient::new(channel(&conn).await?)
+                    .members(pb::MembersRequest {})
+                    .await?
+                    .into_inner();
+                print_members(&conn, &r);
+            }
+            AdminCmd::SetMembers { conn, file } => {
+                let text = std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                let list = levee_cluster::MemberList::parse(&text)
+                    .with_context(|| format!("member list {}", file.display()))?;
+                let r = AdminClient::new(channel(&conn).await?)
+                    .set_members(pb::SetMembersRequest {
+                        version: list.version(),
+                        members: list
+                            .members()
+                            .iter()
+                            .map(|m| pb::Member {
+                                name: m.name.clone(),
+                                address: m.address.clone(),
+                                zone: m.zone.clone(),
+                            })
+                            .collect(),
+                    })
+                    .await?
+                    .into_inner();
+                print_members(&conn, &r);
+            }
+            AdminCmd::Ring { conn } => {
+                let r = AdminClient::new(channel(&conn).await?)
+                    .members(pb::MembersRequest {})
+                    .await?
+                    .into_inner();
+                let text = r
+                    .owners
+                    .iter()
+                    .enumerate()
+                    .map(|(p, o)| format!("{p:5} {o}"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                print(
+                    &conn,
+                    json!({"version": r.version, "ring_size": r.ring_size, "n_val": r.n_val, "owners": r.owners}),
+                    format!(
+                        "member list version {}, ring_size {}, n_val {}\npartition owner\n{text}",
+                        r.version, r.ring_size, r.n_val
+                    ),
+                );
+            }
         },
     }
     Ok(())
+}
+
+fn print_members(conn: &Conn, r: &pb::MembersResponse) {
+    let owned = |name: &str| r.owners.iter().filter(|o| *o == name).count();
+    let rows: Vec<String> = r
+        .members
+        .iter()
+        .map(|m| {
+            format!(
+                "{:30} {:40} {:15} {}",
+                m.name,
+                m.address,
+                if m.zone.is_empty() { "-" } else { &m.zone },
+                owned(&m.name)
+            )
+        })
+        .collect();
+    print(
+        conn,
+        json!({
+            "version": r.version,
+            "ring_size": r.ring_size,
+            "n_val": r.n_val,
+            "members": r.members.iter().map(|m| json!({"name": m.name, "address": m.address, "zone": m.zone, "partitions": owned(&m.name)})).collect::<Vec<_>>(),
+        }),
+        format!(
+            "member list version {} ({} members, ring_size {}, n_val {})\n{:30} {:40} {:15} partitions\n{}",
+            r.version,
+            r.members.len(),
+            r.ring_size,
+            r.n_val,
+            "name",
+            "address",
+            "zone",
+            rows.join("\n")
+        ),
+    );
 }

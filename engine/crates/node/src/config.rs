@@ -52,7 +52,9 @@ pub struct ClusterSection {
     pub ring_size: u32,
     /// Replicas per key (used once clustering lands; recorded now).
     pub n_val: u32,
-    /// File with one member address per line (re-read by the operator's changes).
+    /// The member list: JSON `{"version", "members": [{"name", "address", "zone"}]}` (see
+    /// docs/cluster.md), or one `host:port` / `name=host:port` per line (version 1). Re-read every
+    /// second; see `membership.rs` for what a change does.
     pub members_file: Option<PathBuf>,
 }
 
@@ -268,23 +270,6 @@ impl NodeConfig {
         cfg.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(cfg)
     }
-
-    /// Members from `[membership]` and, when present, the members file.
-    pub fn members(&self) -> Result<Vec<String>> {
-        let mut out = self.membership.members.clone();
-        if let Some(f) = &self.cluster.members_file {
-            if f.exists() {
-                let text = std::fs::read_to_string(f)
-                    .with_context(|| format!("reading {}", f.display()))?;
-                for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-                    if !out.iter().any(|m| m == l) {
-                        out.push(l.to_string());
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
 }
 
 #[cfg(test)]
@@ -333,7 +318,7 @@ members = [
             e.compaction_runs_per_day, 0,
             "the operator's CronJobs schedule compaction"
         );
-        assert_eq!(c.members().unwrap().len(), 2);
+        assert_eq!(c.membership.members.len(), 2);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod cli;
 mod config;
 mod errors;
 mod kv;
+mod membership;
 mod metrics;
 mod ring;
 mod server;

@@ -32,16 +32,8 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         }
         None => None,
     };
-    let opened = Instant::now();
-    let vnodes = {
-        let cfg = cfg.clone();
-        Arc::new(tokio::task::spawn_blocking(move || Vnodes::open(&cfg)).await??)
-    };
-    log::info!(
-        "opened {} vnodes in {:.2} s",
-        vnodes.stores.len(),
-        opened.elapsed().as_secs_f64()
-    );
+    // Bound before the stores open: a taken port fails at once, and a node alone in its member
+    // list advertises the port it really has (port 0 picks one).
     let grpc = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding gRPC on {}", cfg.listen))?;
@@ -49,6 +41,17 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         .await
         .with_context(|| format!("binding metrics on {}", cfg.metrics_listen))?;
     let (grpc_addr, http_addr) = (grpc.local_addr()?, http.local_addr()?);
+    let opened = Instant::now();
+    let vnodes = {
+        let cfg = cfg.clone();
+        Arc::new(tokio::task::spawn_blocking(move || Vnodes::open(&cfg, grpc_addr)).await??)
+    };
+    log::info!(
+        "opened {} vnodes in {:.2} s",
+        vnodes.stores.len(),
+        opened.elapsed().as_secs_f64()
+    );
+    vnodes.membership.clone().watch(Duration::from_secs(1));
 
     let metrics = Arc::new(Metrics::new(vnodes.clone()));
     let ready = Arc::new(AtomicBool::new(false));

@@ -6,40 +6,17 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use levee_store::Store;
-use parking_lot::Mutex;
 
 use crate::config::NodeConfig;
+use crate::membership::Membership;
 use crate::ring::partition_of;
-
-/// A member of the cluster as the operator lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub name: String,
-    pub address: String,
-}
 
 pub struct Vnodes {
     pub ring_size: u32,
     pub stores: Vec<Arc<Store>>,
     pub data_dir: PathBuf,
-    pub members: Mutex<(u64, Vec<Member>)>,
-}
-
-pub fn parse_members(list: &[String]) -> Result<Vec<Member>> {
-    list.iter()
-        .map(|m| {
-            let (name, address) = m
-                .split_once('=')
-                .unwrap_or((m.split('.').next().unwrap_or(m), m));
-            if address.is_empty() || name.is_empty() {
-                anyhow::bail!("member `{m}` must look like host:port or name=host:port");
-            }
-            Ok(Member {
-                name: name.to_string(),
-                address: address.to_string(),
-            })
-        })
-        .collect()
+    /// The member list and claim this node runs with.
+    pub membership: Arc<Membership>,
 }
 
 /// Record the ring size at first start, refuse a different one later (levee_cluster::ring::ring_file).
@@ -75,12 +52,14 @@ fn check_ring_size(data_dir: &std::path::Path, ring_size: u32) -> Result<()> {
 }
 
 impl Vnodes {
-    /// Open every partition's store (this node owns the whole ring until clustering lands).
-    pub fn open(cfg: &NodeConfig) -> Result<Vnodes> {
+    /// Open every partition's store. Requests are not yet routed by the claim (the coordinator
+    /// comes next), so this node still serves the whole ring; `membership` holds the claim.
+    pub fn open(cfg: &NodeConfig, listening: std::net::SocketAddr) -> Result<Vnodes> {
         let store_cfg = cfg.store_config()?;
         std::fs::create_dir_all(&cfg.data_dir)
             .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
         check_ring_size(&cfg.data_dir, cfg.cluster.ring_size)?;
+        let membership = Arc::new(Membership::load(cfg, listening)?);
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2)
@@ -114,7 +93,7 @@ impl Vnodes {
             ring_size: cfg.cluster.ring_size,
             stores: opened.into_iter().map(|(_, s)| s).collect(),
             data_dir: cfg.data_dir.clone(),
-            members: Mutex::new((1, parse_members(&cfg.members()?)?)),
+            membership,
         })
     }
 

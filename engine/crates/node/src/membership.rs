@@ -1,0 +1,426 @@
+//! The member list this node runs with, and its claim (who owns each partition).
+//!
+//! Kubernetes is the source of truth: the operator writes a versioned JSON member list into the
+//! cluster's ConfigMap, which the node reads from `[cluster] members_file` (re-read every second:
+//! ConfigMap volumes update in place) and also takes from the `SetMembers` admin RPC. Every node
+//! computes the same claim from (members, ring_size, n_val). The list the node runs with is
+//! *committed* to `<data_dir>/MEMBERS` (with the claim's owners) before it is used, so a restart
+//! keeps it even if the file is gone or older.
+//!
+//! A new list is applied through `levee_cluster::accept_without_transition`: the same claim (new
+//! addresses, or only a newer version) is adopted; a list that would move partitions is refused
+//! with the error naming what would move, and the node keeps its ring — ring transitions are a
+//! later issue. Never a silent change of ownership.
+//!
+//! Where the first list comes from, in order: the committed `MEMBERS`; the members file; the
+//! `[membership] members` of the config (as version 1); else this node alone (version 1).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use levee_cluster::{
+    accept_without_transition, Claim, Member, MemberList, MembersError, RingParams, RingSize,
+};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use crate::config::NodeConfig;
+
+/// The committed member list and claim, in `<data_dir>/MEMBERS`.
+pub const MEMBERS_FILE: &str = "MEMBERS";
+
+/// A member list and the claim computed from it.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    pub list: MemberList,
+    pub claim: Claim,
+}
+
+/// What `MEMBERS` holds.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Committed {
+    version: u64,
+    members: Vec<Member>,
+    ring_size: u32,
+    n_val: u32,
+    /// Owner of each partition, by name.
+    owners: Vec<String>,
+}
+
+/// What applying a new list did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Same version, same members.
+    Unchanged,
+    /// Adopted: the claim kept every owner.
+    Adopted { from: u64, to: u64 },
+}
+
+/// The node's membership: the view in use, where it is committed, and the members file.
+pub struct Membership {
+    data_dir: PathBuf,
+    view: RwLock<Arc<ClusterView>>,
+    /// Serializes applies (file watcher and RPC) so each one classifies against the view it
+    /// replaces.
+    apply_lock: Mutex<()>,
+    members_file: Option<PathBuf>,
+}
+
+impl Membership {
+    /// The committed view, or the first one (see the module documentation), committed.
+    /// `listening` is the bound gRPC address (the node's own address when it is alone).
+    pub fn load(cfg: &NodeConfig, listening: SocketAddr) -> Result<Membership> {
+        let ring_size = RingSize::new(cfg.cluster.ring_size)?;
+        let params = RingParams::new(ring_size, cfg.cluster.n_val)?;
+        let view = match read_committed(&cfg.data_dir, params)? {
+            Some(v) => v,
+            None => {
+                let list = first_list(cfg, listening)?;
+                let claim = Claim::initial(params, &list.claim_members())?;
+                let v = ClusterView { list, claim };
+                commit(&cfg.data_dir, &v)?;
+                log::info!(
+                    "membership: first member list, version {} with {} members, committed to {}",
+                    v.list.version(),
+                    v.list.members().len(),
+                    cfg.data_dir.join(MEMBERS_FILE).display()
+                );
+                v
+            }
+        };
+        if view.list.get(&cfg.node_name).is_none() {
+            log::warn!(
+                "membership: this node ({}) is not in member list version {}: it owns no partition",
+                cfg.node_name,
+                view.list.version()
+            );
+        }
+        let m = Membership {
+            data_dir: cfg.data_dir.clone(),
+            view: RwLock::new(Arc::new(view)),
+            apply_lock: Mutex::new(()),
+            members_file: cfg.cluster.members_file.clone(),
+        };
+        // A members file newer than what was committed (the operator changed it while the node
+        // was down) is applied now, under the same rule as later changes.
+        if let Some(f) = m.members_file.clone() {
+            m.apply_file(&f);
+        }
+        Ok(m)
+    }
+
+    /// The view in use.
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.view.read().clone()
+    }
+
+    /// Apply a new list: commit it, then use it. Refused (typed error, view unchanged) when it
+    /// would move partitions, goes back in version, or reuses a version for other content.
+    pub fn apply(&self, new: MemberList) -> Result<Applied, ApplyError> {
+        let _one = self.apply_lock.lock();
+        let cur = self.view();
+        match accept_without_transition(&cur.list, &cur.claim, &new)? {
+            None => Ok(Applied::Unchanged),
+            Some(claim) => {
+                let from = cur.list.version();
+                let to = new.version();
+                let v = ClusterView { list: new, claim };
+                commit(&self.data_dir, &v).map_err(ApplyError::Commit)?;
+                *self.view.write() = Arc::new(v);
+                log::info!("membership: adopted member list version {to} (was {from}); the claim is unchanged");
+                Ok(Applied::Adopted { from, to })
+            }
+        }
+    }
+
+    /// Read and apply the members file, logging the outcome. A missing or unreadable file keeps
+    /// the current view.
+    pub fn apply_file(&self, path: &Path) -> Option<Result<Applied, ApplyError>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                log::error!("membership: reading {}: {e}", path.display());
+                return None;
+            }
+        };
+        let parsed = parse_members_text(&text).map_err(ApplyError::from);
+        let r = parsed.and_then(|list| self.apply(list));
+        if let Err(e) = &r {
+            log::error!("membership: {}: {e}", path.display());
+        }
+        Some(r)
+    }
+
+    /// Re-read the members file every `every` (ConfigMap volumes change in place, by a symlink
+    /// swap) and apply what changed. Runs until the process ends.
+    pub fn watch(self: Arc<Self>, every: Duration) {
+        let Some(path) = self.members_file.clone() else {
+            return;
+        };
+        std::thread::Builder::new()
+            .name("levee-members-watch".into())
+            .spawn(move || {
+                let mut last: Option<String> = None;
+                loop {
+                    std::thread::sleep(every);
+                    let text = std::fs::read_to_string(&path).ok();
+                    if text.is_some() && text != last {
+                        self.apply_file(&path);
+                        last = text;
+                    }
+                }
+            })
+            .expect("starting the members watcher");
+    }
+}
+
+/// Why a list was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Refused(#[from] MembersError),
+    #[error("committing the member list: {0:#}")]
+    Commit(anyhow::Error),
+}
+
+/// The members file: the JSON list, or (as written before the JSON format) one `host:port` or
+/// `name=host:port` per line, taken as version 1.
+pub fn parse_members_text(text: &str) -> Result<MemberList, MembersError> {
+    if text.trim_start().starts_with('{') {
+        return MemberList::parse(text);
+    }
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    legacy_list(&lines)
+}
+
+/// `host:port` (named by its first DNS label) or `name=host:port`, as version 1.
+fn legacy_list(entries: &[String]) -> Result<MemberList, MembersError> {
+    let members = entries
+        .iter()
+        .map(|m| {
+            let (name, address) = m
+                .split_once('=')
+                .unwrap_or((m.split(['.', ':']).next().unwrap_or(m), m));
+            Member::new(name, address, "")
+        })
+        .collect();
+    MemberList::new(1, members)
+}
+
+fn first_list(cfg: &NodeConfig, listening: SocketAddr) -> Result<MemberList> {
+    if let Some(f) = &cfg.cluster.members_file {
+        if f.exists() {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            return parse_members_text(&text)
+                .with_context(|| format!("members file {}", f.display()));
+        }
+    }
+    if !cfg.membership.members.is_empty() {
+        return legacy_list(&cfg.membership.members).context("[membership] members");
+    }
+    let me = Member::new(cfg.node_name.clone(), advertised(listening), "");
+    MemberList::new(1, vec![me]).context("this node as the only member")
+}
+
+/// The address others reach this node at: `LEVEE_ADVERTISE_ADDR`, else the bound gRPC address
+/// (with 127.0.0.1 for an unspecified IP).
+pub fn advertised(listening: SocketAddr) -> String {
+    if let Ok(a) = std::env::var("LEVEE_ADVERTISE_ADDR") {
+        if !a.is_empty() {
+            return a;
+        }
+    }
+    let mut l = listening;
+    if l.ip().is_unspecified() {
+        l.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    l.to_string()
+}
+
+fn read_committed(data_dir: &Path, params: RingParams) -> Result<Option<ClusterView>> {
+    let path = data_dir.join(MEMBERS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let c: Committed = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is damaged; restore it or remove it to start from the members file",
+            path.display()
+        )
+    })?;
+    if c.ring_size != params.ring_size().get() || c.n_val != params.n_val() {
+        anyhow::bail!(
+            "{} was committed with ring_size {} and n_val {}, the config says {} and {}: \
+             changing either needs a ring transition",
+            path.display(),
+            c.ring_size,
+            c.n_val,
+            params.ring_size(),
+            params.n_val()
+        );
+    }
+    let list = MemberList::new(c.version, c.members)
+        .with_context(|| format!("member list in {}", path.display()))?;
+    let owners: Vec<&str> = c.owners.iter().map(String::as_str).collect();
+    let claim = Claim::from_owners(params, &list.claim_members(), &owners)
+        .with_context(|| format!("claim in {}", path.display()))?;
+    Ok(Some(ClusterView { list, claim }))
+}
+
+/// Write `MEMBERS` durably: temp file, fsync, rename, fsync of the directory.
+fn commit(data_dir: &Path, v: &ClusterView) -> Result<()> {
+    use std::io::Write;
+    let c = Committed {
+        version: v.list.version(),
+        members: v.list.members().to_vec(),
+        ring_size: v.claim.ring_size().get(),
+        n_val: v.claim.n_val(),
+        owners: v.claim.owners().map(String::from).collect(),
+    };
+    let path = data_dir.join(MEMBERS_FILE);
+    let tmp = data_dir.join(format!("{MEMBERS_FILE}.tmp"));
+    let body = serde_json::to_vec_pretty(&c)?;
+    {
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(&body)
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("fsyncing {}", data_dir.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADDR: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8087);
+
+    fn cfg(dir: &Path, members_file: Option<PathBuf>) -> NodeConfig {
+        let mut c = NodeConfig {
+            data_dir: dir.to_path_buf(),
+            node_name: "n1".into(),
+            ..NodeConfig::default()
+        };
+        c.cluster.ring_size = 16;
+        c.cluster.n_val = 3;
+        c.cluster.members_file = members_file;
+        c
+    }
+
+    fn list(version: u64, names: &[&str]) -> MemberList {
+        MemberList::new(
+            version,
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Member::new(*n, format!("10.0.0.{}:8087", i + 1), ""))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_members_file_gives_the_first_list_and_is_committed() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("members.json");
+        std::fs::write(&f, list(4, &["n1", "n2", "n3"]).to_json()).unwrap();
+        let m = Membership::load(&cfg(d.path(), Some(f.clone())), ADDR).unwrap();
+        assert_eq!(m.view().list.version(), 4);
+        assert_eq!(m.view().claim.partitions_of("n1").len(), 6);
+        // The file is gone: the committed list and claim come back as they were.
+        std::fs::remove_file(&f).unwrap();
+        let again = Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
+        assert_eq!(again.view().list, m.view().list);
+        assert_eq!(
+            again.view().claim.owners().collect::<Vec<_>>(),
+            m.view().claim.owners().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_new_address_is_adopted_and_a_join_is_refused_keeping_the_ring() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("members.json");
+        std::fs::write(&f, list(1, &["n1", "n2", "n3"]).to_json()).unwrap();
+        let m = Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
+        let owners: Vec<String> = m.view().claim.owners().map(String::from).collect();
+
+        let mut moved = list(2, &["n1", "n2", "n3"]).members().to_vec();
+        moved[1].address = "10.9.9.9:8087".into();
+        let moved = MemberList::new(2, moved).unwrap();
+        assert_eq!(
+            m.apply(moved.clone()).unwrap(),
+            Applied::Adopted { from: 1, to: 2 }
+        );
+        assert_eq!(m.view().list.get("n2").unwrap().address, "10.9.9.9:8087");
+        assert_eq!(m.apply(moved).unwrap(), Applied::Unchanged);
+
+        let err = m.apply(list(3, &["n1", "n2", "n3", "n4"])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ApplyError::Refused(MembersError::TransitionRefused { .. })
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("n4"), "{err}");
+        assert_eq!(m.view().list.version(), 2, "the refused list is not used");
+        assert_eq!(
+            m.view()
+                .claim
+                .owners()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+            owners
+        );
+        let back = m.apply(list(1, &["n1", "n2", "n3"])).unwrap_err();
+        assert!(back.to_string().contains("back"), "{back}");
+    }
+
+    #[test]
+    fn the_committed_list_must_match_ring_size_and_n_val() {
+        let d = tempfile::tempdir().unwrap();
+        Membership::load(&cfg(d.path(), None), ADDR).unwrap();
+        let mut c = cfg(d.path(), None);
+        c.cluster.n_val = 2;
+        let e = Membership::load(&c, ADDR).err().expect("n_val changed");
+        assert!(format!("{e:#}").contains("n_val 3"), "{e:#}");
+    }
+
+    #[test]
+    fn the_old_one_address_per_line_file_still_reads() {
+        let l =
+            parse_members_text("# members\norders-0.h.ns.svc:8087\nn2=10.0.0.2:8087\n\n").unwrap();
+        assert_eq!(l.version(), 1);
+        let names: Vec<&str> = l.members().iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["n2", "orders-0"]);
+        assert!(parse_members_text("{\"version\": 1}").is_err());
+    }
+
+    #[test]
+    fn alone_the_node_is_its_own_member() {
+        let d = tempfile::tempdir().unwrap();
+        let m = Membership::load(&cfg(d.path(), None), ADDR).unwrap();
+        assert_eq!(m.view().list.members().len(), 1);
+        assert_eq!(m.view().claim.partitions_of("n1").len(), 16);
+    }
+}

@@ -23,7 +23,7 @@ func EngineTOML(c *kvv1.KVCluster) string {
 	fmt.Fprintf(&b, "name = %q\n", c.Name)
 	fmt.Fprintf(&b, "ring_size = %d\n", s.RingSize)
 	fmt.Fprintf(&b, "n_val = %d\n", s.NVal)
-	fmt.Fprintf(&b, "members_file = %q\n\n", ConfigDir+"/"+MembersFileName)
+	fmt.Fprintf(&b, "members_file = %q\n\n", ConfigDir+"/"+MembersJSONFileName)
 	fmt.Fprintf(&b, "[engine]\n")
 	fmt.Fprintf(&b, "sync_on_write = %t\n", s.Engine.SyncOnWrite)
 	fmt.Fprintf(&b, "journal_segment_bytes = %d\n\n", s.Engine.JournalSegmentBytes)
@@ -64,9 +64,12 @@ func ConfigHash(c *kvv1.KVCluster) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// BuildConfigMap returns the node ConfigMap: levee.toml and a members file (one address per line).
-func BuildConfigMap(c *kvv1.KVCluster) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
+// BuildConfigMap returns the node ConfigMap: levee.toml, the members file (one address per
+// line, from spec.replicas) and, when membersJSON is not empty, members.json (the versioned
+// member list from the settled membership: MembersJSON). None of it is in ConfigHash: the
+// ConfigMap volume is updated in place, so a membership change restarts no pod.
+func BuildConfigMap(c *kvv1.KVCluster, membersJSON string) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      ConfigMapName(c),
@@ -78,6 +81,10 @@ func BuildConfigMap(c *kvv1.KVCluster) *corev1.ConfigMap {
 			MembersFileName: strings.Join(MemberAddresses(c, c.Spec.Replicas), "\n") + "\n",
 		},
 	}
+	if membersJSON != "" {
+		cm.Data[MembersJSONFileName] = membersJSON
+	}
+	return cm
 }
 
 func deref(p *int32) int32 {

@@ -18,7 +18,7 @@ func TestBuildConfigMap(t *testing.T) {
 		{name: "defaults", nMembers: 3,
 			want: []string{"ring_size = 64\n", "n_val = 3\n", "sync_on_write = false\n", "journal_segment_bytes = 1073741824\n",
 				"[compaction]\nscheduler = \"external\"\n", "single_file_percent = 25\n", "max_run_percent = 75\n", "max_run_length = 4\n",
-				`members_file = "/etc/levee/members"`, "[membership]\nmembers = [\n  \"kv-0.kv-headless.ns.svc:8087\",\n  \"kv-1.kv-headless.ns.svc:8087\",\n  \"kv-2.kv-headless.ns.svc:8087\",\n]\n"},
+				`members_file = "/etc/levee/members.json"`, "[membership]\nmembers = [\n  \"kv-0.kv-headless.ns.svc:8087\",\n  \"kv-1.kv-headless.ns.svc:8087\",\n  \"kv-2.kv-headless.ns.svc:8087\",\n]\n"},
 			// The schedule belongs to the operator's CronJobs, not to the node's file.
 			notWant: []string{"[tls]", "window_start_hour", "window_end_hour", "runs_per_day", "time_zone"}},
 		{name: "engine settings and wrap-around window", nMembers: 5, mutate: func(c *kvv1.KVCluster) {
@@ -39,7 +39,7 @@ func TestBuildConfigMap(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cluster(tc.mutate)
-			cm := BuildConfigMap(c)
+			cm := BuildConfigMap(c, "")
 			if cm.Name != "kv-config" || cm.Namespace != "ns" || cm.Labels["app.kubernetes.io/instance"] != "kv" {
 				t.Errorf("meta = %+v", cm.ObjectMeta)
 			}

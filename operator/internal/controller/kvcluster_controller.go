@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -136,6 +137,12 @@ func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus
 	if obs.ApplyErr != nil {
 		r.Recorder.Event(c, corev1.EventTypeWarning, ReasonReconcileError, obs.ApplyErr.Error())
 	}
+	if obs.MembersErr != nil {
+		msg := MemberListInvalidMessage(obs.MembersErr)
+		if old := meta.FindStatusCondition(c.Status.Conditions, kvv1.ConditionDegraded); old == nil || old.Reason != ReasonMemberListInvalid || old.Message != msg {
+			r.Recorder.Event(c, corev1.EventTypeWarning, ReasonMemberListInvalid, msg)
+		}
+	}
 }
 
 func (r *KVClusterReconciler) now() time.Time {
@@ -166,7 +173,20 @@ func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVClust
 		}
 	}
 
-	add(r.apply(ctx, c, BuildConfigMap(c)))
+	// members.json comes from the settled membership as stored in status (never from the status
+	// this reconcile is about to write: a version must not reach the nodes before status records
+	// it). A list the node would refuse is not written: the ConfigMap keeps the previous one and
+	// the error shows as Degraded/MemberListInvalid.
+	membersJSON, _, err := MembersJSON(c)
+	if err != nil {
+		obs.MembersErr = err
+		membersJSON, err = r.currentMembersJSON(ctx, c)
+	}
+	if err != nil {
+		add(err) // not knowing the previous list, do not apply: that could drop members.json
+	} else {
+		add(r.apply(ctx, c, BuildConfigMap(c, membersJSON)))
+	}
 	add(r.apply(ctx, c, BuildHeadlessService(c)))
 	add(r.apply(ctx, c, BuildClientService(c)))
 	sts := BuildStatefulSet(c)
@@ -273,6 +293,19 @@ func (r *KVClusterReconciler) gateMaintenance(ctx context.Context, c *kvv1.KVClu
 		st = nil
 	}
 	return st, errors.Join(errs...)
+}
+
+// currentMembersJSON returns the members.json the cluster's ConfigMap holds now ("" when there
+// is none), read from the cache (the operator watches the ConfigMaps it owns).
+func (r *KVClusterReconciler) currentMembersJSON(ctx context.Context, c *kvv1.KVCluster) (string, error) {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: ConfigMapName(c)}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("cannot read ConfigMap %s to keep its member list: %w", ConfigMapName(c), err)
+	}
+	return cm.Data[MembersJSONFileName], nil
 }
 
 // tlsSecretLacksCA reports whether the member certificate Secret exists without ca.crt. Members

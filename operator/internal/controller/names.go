@@ -28,8 +28,14 @@ const (
 	ContainerName  = "levee"
 	DataVolumeName = "data"
 
+	// MembersJSONFileName is the versioned member list built from the settled membership in
+	// status (docs/cluster.md, "Member list"; members.go), next to the older MembersFileName
+	// (one address per line from spec.replicas, the node's `members_file`).
+	MembersJSONFileName = "members.json"
+
 	// ConfigHashAnnotation on the pod template restarts members when engine settings change
-	// (membership changes do not restart pods: members is re-read from the mounted ConfigMap).
+	// (membership changes do not restart pods: members and members.json are re-read from the
+	// mounted ConfigMap, which the kubelet updates in place).
 	ConfigHashAnnotation = "kv.levee.io/config-hash"
 
 	labelName      = "app.kubernetes.io/name"

@@ -28,6 +28,9 @@ type Observed struct {
 	TLSCAMissing bool
 	// DroppedJobs are queued compaction Jobs deleted because their slot was over.
 	DroppedJobs []string
+	// MembersErr: the settled membership in status is not a member list the node accepts, so
+	// members.json was not written (the ConfigMap keeps the previous one).
+	MembersErr error
 }
 
 // Condition reasons.
@@ -45,7 +48,14 @@ const (
 	ReasonCreated             = "Created"
 	ReasonDisabled            = "Disabled"
 	ReasonCAMissing           = "CACertificateMissing"
+	ReasonMemberListInvalid   = "MemberListInvalid"
 )
+
+// MemberListInvalidMessage explains a settled membership the node would refuse (Degraded
+// condition and Warning Event).
+func MemberListInvalidMessage(err error) string {
+	return fmt.Sprintf("%s in the ConfigMap was not updated (nodes keep the previous member list): the settled membership in status.members is not a member list the levee node accepts: %v", MembersJSONFileName, err)
+}
 
 // rolloutApplied: the StatefulSet controller has observed the latest spec and runs
 // the desired number of up-to-date pods (ready or not).
@@ -120,6 +130,9 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	case obs.ApplyErr != nil:
 		degraded = true
 		set(kvv1.ConditionDegraded, true, ReasonReconcileError, obs.ApplyErr.Error())
+	case obs.MembersErr != nil:
+		degraded = true
+		set(kvv1.ConditionDegraded, true, ReasonMemberListInvalid, MemberListInvalidMessage(obs.MembersErr))
 	case applied && !forming && !st.RingChangeInProgress && st.ReadyReplicas < spec.Replicas:
 		degraded = true
 		set(kvv1.ConditionDegraded, true, ReasonMembersNotReady, readyMsg)

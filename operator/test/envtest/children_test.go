@@ -112,6 +112,10 @@ func TestCreateBuildsChildren(t *testing.T) {
 			if got := strings.Count(cm.Data["members"], "\n"); got != int(n) {
 				t.Errorf("members file has %d lines, want %d", got, n)
 			}
+			// No settled membership before the ring forms: no members.json yet.
+			if js, ok := cm.Data[controller.MembersJSONFileName]; ok {
+				t.Errorf("members.json before the ring formed: %q", js)
+			}
 
 			pdb := &policyv1.PodDisruptionBudget{}
 			waitFor(t, pdb, ns, "kv")

@@ -8,7 +8,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
@@ -32,6 +35,38 @@ func TestScaleAndRingChange(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The settled membership reaches the node's member list (members.json), version 1.
+	membersJSON := func(want string) string {
+		t.Helper()
+		var got string
+		eventually(t, "members.json "+want, func() error {
+			cm := &corev1.ConfigMap{}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sc-config"}, cm); err != nil {
+				return err
+			}
+			got = cm.Data[controller.MembersJSONFileName]
+			c := getCluster(t, ns, "sc")
+			js, _, err := controller.MembersJSON(c)
+			if err != nil {
+				return err
+			}
+			if got != js || !strings.Contains(got, want) {
+				return fmt.Errorf("members.json = %q, want the settled list %q (%s)", got, js, want)
+			}
+			return nil
+		})
+		return got
+	}
+	membersJSON(`"version": 1,`)
+	template := func() corev1.PodTemplateSpec {
+		sts := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sc"}, sts); err != nil {
+			t.Fatal(err)
+		}
+		return sts.Spec.Template
+	}
+	formedTemplate := template()
 
 	// Printer columns.
 	out, err := kubectl("get", "kvclusters", "-n", ns)
@@ -121,6 +156,14 @@ func TestScaleAndRingChange(t *testing.T) {
 		}
 		return nil
 	})
+	// The new list (version 2, 6 members) is in members.json; the pod template did not change,
+	// so no member restarts for a membership change.
+	if js := membersJSON(`"version": 2,`); strings.Count(js, `"name"`) != 6 {
+		t.Errorf("members.json after the ring settled at 6: %s", js)
+	}
+	if now := template(); !equality.Semantic.DeepEqual(formedTemplate, now) {
+		t.Errorf("the membership change changed the pod template (members would restart):\nbefore %s\nafter %s", dump(formedTemplate), dump(now))
+	}
 	if out, err := kubectl("scale", "-n", ns, "kvcluster/sc", "--replicas=4"); err != nil {
 		t.Fatalf("scale-in after the ring settled: %v\n%s", err, out)
 	}
@@ -170,4 +213,62 @@ func TestDegradedWhenMembersNotReady(t *testing.T) {
 	waitCondition(t, ns, "dg", kvv1.ConditionAvailable, metav1.ConditionTrue, controller.ReasonMembersReady)
 	markStatefulSetReady(t, ns, "dg", 1)
 	waitCondition(t, ns, "dg", kvv1.ConditionAvailable, metav1.ConditionFalse, controller.ReasonMembersNotReady)
+}
+
+// TestInvalidMemberList: a settled membership the node would refuse is not written to
+// members.json (the ConfigMap keeps the previous list); the KVCluster says why (Degraded
+// MemberListInvalid and a Warning Event).
+func TestInvalidMemberList(t *testing.T) {
+	ns := newNamespace(t)
+	createCluster(t, ns, "iv", nil)
+	waitFor(t, &appsv1.StatefulSet{}, ns, "iv")
+	markStatefulSetReady(t, ns, "iv", 3)
+	var good string
+	eventually(t, "members.json of the formed ring", func() error {
+		cm := &corev1.ConfigMap{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "iv-config"}, cm); err != nil {
+			return err
+		}
+		good = cm.Data[controller.MembersJSONFileName]
+		if !strings.Contains(good, `"version": 1,`) {
+			return fmt.Errorf("members.json = %q", good)
+		}
+		return nil
+	})
+	// A member down (so the operator does not settle the ring again), then status.members is
+	// corrupted: an underscore is not allowed in a host name.
+	markStatefulSetReady(t, ns, "iv", 2)
+	waitCondition(t, ns, "iv", kvv1.ConditionDegraded, metav1.ConditionTrue, controller.ReasonMembersNotReady)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := getCluster(t, ns, "iv")
+		c.Status.Members = append(c.Status.Members[:2:2], "iv_2.iv-headless."+ns+".svc:8087")
+		c.Status.RingVersion = 2
+		return k8sClient.Status().Update(ctx, c)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := waitCondition(t, ns, "iv", kvv1.ConditionDegraded, metav1.ConditionTrue, controller.ReasonMemberListInvalid)
+	if cond := meta.FindStatusCondition(c.Status.Conditions, kvv1.ConditionDegraded); !strings.Contains(cond.Message, `member "iv_2" has a bad address`) {
+		t.Errorf("Degraded message = %q", cond.Message)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "iv-config"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Data[controller.MembersJSONFileName]; got != good {
+		t.Errorf("members.json changed to a list the node refuses:\n%s", got)
+	}
+	eventually(t, "MemberListInvalid Event", func() error {
+		var evs corev1.EventList
+		if err := k8sClient.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "iv" && e.Reason == controller.ReasonMemberListInvalid && e.Type == corev1.EventTypeWarning &&
+				strings.Contains(e.Message, "iv_2") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Warning Event %s among %d", controller.ReasonMemberListInvalid, len(evs.Items))
+	})
 }

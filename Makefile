@@ -7,7 +7,7 @@ CARGO ?= cargo
 ENGINE := engine
 CRASH_KILLS ?= 50
 
-.PHONY: all deps sys-deps build test demo demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
+.PHONY: all deps sys-deps build test demo cluster-demo demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
         manifests engine-test operator-test terraform-test clean
 
 # Debian packages outside the Rust/Go toolchains: the benchmark peers (RocksDB, LevelDB, libclang for
@@ -56,6 +56,11 @@ manifests:
 
 ## demo: levee vs RocksDB on e2e/scenarios/demo.toml (bench-demo in bench.mk)
 demo: deps bench-demo
+
+## cluster-demo: three local nodes (hack/local-cluster.sh) sharing one member list and claim; a SIGKILL and restart
+cluster-demo: deps
+	cd $(ENGINE) && $(CARGO) build --release -p levee-node
+	hack/cluster-demo.sh
 
 ## demo-engine: open a store in a temp dir and run a seed-like workload (8 KB values, pareto keys, 5 GET : 1 UPDATE)
 DEMO_SECS ?= 30

@@ -283,7 +283,7 @@ mod tests {
 name = "orders"
 ring_size = 64
 n_val = 3
-members_file = "/etc/levee/members"
+members_file = "/etc/levee/members.json"
 
 [engine]
 sync_on_write = true

@@ -13,7 +13,9 @@
 //! later issue. Never a silent change of ownership.
 //!
 //! Where the first list comes from, in order: the committed `MEMBERS`; the members file; the
-//! `[membership] members` of the config (as version 1); else this node alone (version 1).
+//! `[membership] members` of the config; else this node alone. The last two (and a members file in
+//! the old one-address-per-line form) are *provisional* (version 0): not committed, and replaced by
+//! the first versioned list whatever it moves — nothing was placed by a committed claim yet.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,11 @@ use crate::config::NodeConfig;
 
 /// The committed member list and claim, in `<data_dir>/MEMBERS`.
 pub const MEMBERS_FILE: &str = "MEMBERS";
+
+/// The version of a list not from the operator (the old one-address-per-line file, `[membership]
+/// members`, or the node alone): provisional, never committed, replaced by the first versioned
+/// list whatever it moves (the operator's first list is version 1).
+pub const PROVISIONAL: u64 = 0;
 
 /// A member list and the claim computed from it.
 #[derive(Debug, Clone)]
@@ -82,13 +89,21 @@ impl Membership {
                 let list = first_list(cfg, listening)?;
                 let claim = Claim::initial(params, &list.claim_members())?;
                 let v = ClusterView { list, claim };
-                commit(&cfg.data_dir, &v)?;
-                log::info!(
-                    "membership: first member list, version {} with {} members, committed to {}",
-                    v.list.version(),
-                    v.list.members().len(),
-                    cfg.data_dir.join(MEMBERS_FILE).display()
-                );
+                if v.list.version() == PROVISIONAL {
+                    log::info!(
+                        "membership: no versioned member list yet; running with a provisional one \
+                         ({} members, version 0) until the operator's list arrives",
+                        v.list.members().len()
+                    );
+                } else {
+                    commit(&cfg.data_dir, &v)?;
+                    log::info!(
+                        "membership: first member list, version {} with {} members, committed to {}",
+                        v.list.version(),
+                        v.list.members().len(),
+                        cfg.data_dir.join(MEMBERS_FILE).display()
+                    );
+                }
                 v
             }
         };
@@ -123,11 +138,26 @@ impl Membership {
     pub fn apply(&self, new: MemberList) -> Result<Applied, ApplyError> {
         let _one = self.apply_lock.lock();
         let cur = self.view();
+        let from = cur.list.version();
+        let to = new.version();
+        if from == PROVISIONAL {
+            // Nothing was committed: the first versioned list is taken as it is (its own claim).
+            if new == cur.list {
+                return Ok(Applied::Unchanged);
+            }
+            let claim = Claim::initial(cur.claim.params(), &new.claim_members())
+                .map_err(MembersError::from)?;
+            let v = ClusterView { list: new, claim };
+            if to != PROVISIONAL {
+                commit(&self.data_dir, &v).map_err(ApplyError::Commit)?;
+            }
+            *self.view.write() = Arc::new(v);
+            log::info!("membership: member list version {to} replaces the provisional list");
+            return Ok(Applied::Adopted { from, to });
+        }
         match accept_without_transition(&cur.list, &cur.claim, &new)? {
             None => Ok(Applied::Unchanged),
             Some(claim) => {
-                let from = cur.list.version();
-                let to = new.version();
                 let v = ClusterView { list: new, claim };
                 commit(&self.data_dir, &v).map_err(ApplyError::Commit)?;
                 *self.view.write() = Arc::new(v);
@@ -189,7 +219,7 @@ pub enum ApplyError {
 }
 
 /// The members file: the JSON list, or (as written before the JSON format) one `host:port` or
-/// `name=host:port` per line, taken as version 1.
+/// `name=host:port` per line, taken as provisional (version 0).
 pub fn parse_members_text(text: &str) -> Result<MemberList, MembersError> {
     if text.trim_start().starts_with('{') {
         return MemberList::parse(text);
@@ -203,7 +233,7 @@ pub fn parse_members_text(text: &str) -> Result<MemberList, MembersError> {
     legacy_list(&lines)
 }
 
-/// `host:port` (named by its first DNS label) or `name=host:port`, as version 1.
+/// `host:port` (named by its first DNS label) or `name=host:port`, provisional (version 0).
 fn legacy_list(entries: &[String]) -> Result<MemberList, MembersError> {
     let members = entries
         .iter()
@@ -214,7 +244,7 @@ fn legacy_list(entries: &[String]) -> Result<MemberList, MembersError> {
             Member::new(name, address, "")
         })
         .collect();
-    MemberList::new(1, members)
+    MemberList::new(PROVISIONAL, members)
 }
 
 fn first_list(cfg: &NodeConfig, listening: SocketAddr) -> Result<MemberList> {
@@ -230,7 +260,7 @@ fn first_list(cfg: &NodeConfig, listening: SocketAddr) -> Result<MemberList> {
         return legacy_list(&cfg.membership.members).context("[membership] members");
     }
     let me = Member::new(cfg.node_name.clone(), advertised(listening), "");
-    MemberList::new(1, vec![me]).context("this node as the only member")
+    MemberList::new(PROVISIONAL, vec![me]).context("this node as the only member")
 }
 
 /// The address others reach this node at: `LEVEE_ADVERTISE_ADDR`, else the bound gRPC address
@@ -399,7 +429,9 @@ mod tests {
     #[test]
     fn the_committed_list_must_match_ring_size_and_n_val() {
         let d = tempfile::tempdir().unwrap();
-        Membership::load(&cfg(d.path(), None), ADDR).unwrap();
+        let f = d.path().join("members.json");
+        std::fs::write(&f, list(1, &["n1"]).to_json()).unwrap();
+        Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
         let mut c = cfg(d.path(), None);
         c.cluster.n_val = 2;
         let e = Membership::load(&c, ADDR).err().expect("n_val changed");
@@ -410,17 +442,32 @@ mod tests {
     fn the_old_one_address_per_line_file_still_reads() {
         let l =
             parse_members_text("# members\norders-0.h.ns.svc:8087\nn2=10.0.0.2:8087\n\n").unwrap();
-        assert_eq!(l.version(), 1);
+        assert_eq!(l.version(), PROVISIONAL);
         let names: Vec<&str> = l.members().iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["n2", "orders-0"]);
         assert!(parse_members_text("{\"version\": 1}").is_err());
     }
 
     #[test]
-    fn alone_the_node_is_its_own_member() {
+    fn alone_the_node_is_its_own_provisional_member_until_a_versioned_list_comes() {
         let d = tempfile::tempdir().unwrap();
         let m = Membership::load(&cfg(d.path(), None), ADDR).unwrap();
+        assert_eq!(m.view().list.version(), PROVISIONAL);
         assert_eq!(m.view().list.members().len(), 1);
         assert_eq!(m.view().claim.partitions_of("n1").len(), 16);
+        assert!(
+            !d.path().join(MEMBERS_FILE).exists(),
+            "provisional: not committed"
+        );
+        // The operator's first list moves partitions, and is taken all the same.
+        assert_eq!(
+            m.apply(list(1, &["n1", "n2", "n3"])).unwrap(),
+            Applied::Adopted { from: 0, to: 1 }
+        );
+        assert_eq!(m.view().claim.partitions_of("n1").len(), 6);
+        let again = Membership::load(&cfg(d.path(), None), ADDR).unwrap();
+        assert_eq!(again.view().list.version(), 1, "committed from then on");
+        // Committed: now a join is a ring transition, refused.
+        assert!(again.apply(list(2, &["n1", "n2", "n3", "n4"])).is_err());
     }
 }

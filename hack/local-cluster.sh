@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The local-cluster harness: N real `levee serve` processes on loopback, each with its own data
+# directory and config, membership by one shared members file (JSON, docs/cluster.md). Used by the
+# node's tests (engine/crates/node/tests/local_cluster.rs) and by `make cluster-demo`.
+#
+#   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync]
+#                                   start n1..nN; prints one line per node: name address metrics pid
+#   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
+#   local-cluster.sh kill DIR NAME [SIGNAL]   signal one node (default KILL) and wait for it to exit
+#   local-cluster.sh members DIR VERSION NAME...   rewrite the members file with these members
+#   local-cluster.sh down DIR       stop every node (SIGTERM, then SIGKILL after 10 s)
+#
+# LEVEE_BIN names the binary (default: engine/target/release/levee). Everything lives under DIR:
+# DIR/members.json, DIR/<name>/{levee.toml,data/,log,pid,ports}.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${LEVEE_BIN:-$here/engine/target/release/levee}
+
+die() { echo "local-cluster: $*" >&2; exit 1; }
+# alive PID: running and not a zombie (an orphan's zombie may wait for a reaper that never comes)
+alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# members_json VERSION NAME... : the member list of the named nodes, from their ports files.
+members_json() {
+  local dir=$1 version=$2; shift 2
+  local out="" sep=""
+  for name in "$@"; do
+    [ -f "$dir/$name/ports" ] || die "no node $name in $dir"
+    read -r grpc _ < "$dir/$name/ports"
+    out+="$sep{\"name\": \"$name\", \"address\": \"127.0.0.1:$grpc\", \"zone\": \"\"}"
+    sep=", "
+  done
+  printf '{"version": %s, "members": [%s]}\n' "$version" "$out"
+}
+
+# write the members file atomically (the node may read it at any moment)
+write_members() {
+  local dir=$1; shift
+  members_json "$dir" "$@" > "$dir/members.json.tmp"
+  mv "$dir/members.json.tmp" "$dir/members.json"
+}
+
+start_node() {
+  local dir=$1 name=$2
+  local nd=$dir/$name
+  [ -f "$nd/levee.toml" ] || die "no node $name in $dir"
+  if [ -f "$nd/pid" ] && alive "$(cat "$nd/pid")"; then
+    die "$name is already running (pid $(cat "$nd/pid"))"
+  fi
+  read -r grpc metrics < "$nd/ports"
+  # setsid: its own process group, so a signal to the harness's caller does not reach it twice.
+  setsid "$bin" serve --config "$nd/levee.toml" --data-dir "$nd/data" --node-name "$name" \
+    --listen "127.0.0.1:$grpc" --metrics-listen "127.0.0.1:$metrics" \
+    >> "$nd/log" 2>&1 < /dev/null &
+  echo $! > "$nd/pid"
+}
+
+wait_ready() {
+  local dir=$1 name=$2
+  local nd=$dir/$name
+  read -r grpc metrics < "$nd/ports"
+  for _ in $(seq 1 300); do
+    if ! alive "$(cat "$nd/pid")"; then
+      echo "local-cluster: $name exited during start; its log:" >&2
+      tail -n 30 "$nd/log" >&2
+      exit 1
+    fi
+    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$metrics/readyz', timeout=1)" 2>/dev/null; then
+      echo "$name 127.0.0.1:$grpc 127.0.0.1:$metrics $(cat "$nd/pid")"
+      return 0
+    fi
+    sleep 0.1
+  done
+  die "$name not ready after 30 s (log: $nd/log)"
+}
+
+cmd=${1:-}; [ -n "$cmd" ] || usage; shift
+case "$cmd" in
+  up)
+    [ $# -ge 2 ] || usage
+    dir=$1 n=$2; shift 2
+    ring=64 nval=3 sync=false
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --ring-size) ring=$2; shift 2 ;;
+        --n-val) nval=$2; shift 2 ;;
+        --sync) sync=true; shift ;;
+        *) die "unknown option $1" ;;
+      esac
+    done
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "N must be a positive number, not '$n'"
+    [ -x "$bin" ] || die "no levee binary at $bin (build it: cargo build --release -p levee-node, or set LEVEE_BIN)"
+    mkdir -p "$dir"
+    [ ! -e "$dir/members.json" ] || die "$dir already holds a cluster (run down, then remove it)"
+    names=()
+    for i in $(seq 1 "$n"); do
+      name=n$i
+      names+=("$name")
+      mkdir -p "$dir/$name"
+      echo "$(free_port) $(free_port)" > "$dir/$name/ports"
+      cat > "$dir/$name/levee.toml" <<EOF
+# written by hack/local-cluster.sh
+[cluster]
+name = "local"
+ring_size = $ring
+n_val = $nval
+members_file = "$dir/members.json"
+[engine]
+sync_on_write = $sync
+aae_segments = 4096
+EOF
+    done
+    # The list exists before any node starts: each commits it as its first list.
+    write_members "$dir" 1 "${names[@]}"
+    for name in "${names[@]}"; do start_node "$dir" "$name"; done
+    for name in "${names[@]}"; do wait_ready "$dir" "$name"; done
+    ;;
+  start)
+    [ $# -eq 2 ] || usage
+    start_node "$1" "$2"
+    wait_ready "$1" "$2"
+    ;;
+  kill)
+    [ $# -ge 2 ] || usage
+    dir=$1 name=$2 sig=${3:-KILL}
+    pid=$(cat "$dir/$name/pid" 2>/dev/null) || die "no node $name in $dir"
+    kill -"$sig" "$pid" 2>/dev/null || die "$name (pid $pid) is not running"
+    while alive "$pid"; do sleep 0.05; done
+    ;;
+  members)
+    [ $# -ge 3 ] || usage
+    dir=$1; shift
+    write_members "$dir" "$@"
+    ;;
+  down)
+    [ $# -eq 1 ] || usage
+    dir=$1
+    pids=()
+    for p in "$dir"/*/pid; do
+      [ -f "$p" ] || continue
+      pid=$(cat "$p")
+      kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    done
+    for _ in $(seq 1 100); do
+      left=0
+      for pid in "${pids[@]}"; do alive "$pid" && left=1; done
+      [ "$left" = 0 ] && break
+      sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    ;;
+  *) usage ;;
+esac

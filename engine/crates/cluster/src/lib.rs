@@ -12,6 +12,8 @@
 //! * [`ring::ring_file`] — the ring size recorded in a data directory at first start.
 //! * [`causality`] — dotted version vectors, sibling sets and their merge, last-write-wins,
 //!   tombstones, and the binary encoding of object metadata and client contexts.
+//! * [`object`] — a replica's object (sibling set + the contents of its live siblings), how a
+//!   vnode stores it, and the merge a replica applies to an incoming object.
 //! * [`quorum`] — the coordinator's decisions: PUT and GET quorum trackers (`w`/`pw`/`dw`,
 //!   `r`/`pr`/`notfound_ok`/`basic_quorum`), value fetch and read-repair plans, and the
 //!   per-bucket-type options.
@@ -20,6 +22,7 @@
 
 pub mod causality;
 pub mod membership;
+pub mod object;
 pub mod quorum;
 pub mod ring;
 
@@ -31,6 +34,7 @@ pub use causality::{
 
 pub use membership::change::{accept_without_transition, classify_change, MembershipChange};
 pub use membership::members::{Member, MemberList, MembersError};
+pub use object::{decode_contents, merge_needs_local_contents, Content, Object, ObjectError};
 pub use quorum::{
     BucketTypeProps, Failure, GetDecision, GetTracker, HeadReply, OptionsError, PutDecision,
     PutReply, PutSummary, PutTracker, QuorumError, QuorumOption, QuorumValue, ReadOptions,

@@ -35,7 +35,7 @@ pub fn term_to(t: Term) -> pb::Term {
     }
 }
 
-fn changes_from(list: Vec<pb::IndexChange>) -> Result<Vec<IndexChange>, Status> {
+pub(crate) fn changes_from(list: Vec<pb::IndexChange>) -> Result<Vec<IndexChange>, Status> {
     list.into_iter()
         .map(|c| {
             let term = term_from(c.term, "index change")?;

@@ -10,6 +10,7 @@ mod errors;
 mod kv;
 mod membership;
 mod metrics;
+mod replica;
 mod ring;
 mod server;
 mod tls;

@@ -14,6 +14,7 @@ use crate::admin::AdminService;
 use crate::config::NodeConfig;
 use crate::kv::KvService;
 use crate::metrics::{serve_http, Metrics};
+use crate::replica::{NodeService, Replicas};
 use crate::tls::ServerTls;
 use crate::vnodes::Vnodes;
 
@@ -68,6 +69,11 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building the reflection service")?;
+    let replicas = {
+        let v = vnodes.clone();
+        Arc::new(tokio::task::spawn_blocking(move || Replicas::open(v)).await??)
+    };
+    let node = NodeService { replicas };
     let kv = KvService {
         vnodes: vnodes.clone(),
         metrics: metrics.clone(),
@@ -93,6 +99,11 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         .add_service(reflection)
         .add_service(
             pb::kv_server::KvServer::new(kv)
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
+        .add_service(
+            pb::node_server::NodeServer::new(node)
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         )

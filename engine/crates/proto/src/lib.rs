@@ -1,4 +1,4 @@
-//! levee.v1 protocol: generated tonic/prost code for the `KV` and `Admin` services.
+//! levee.v1 protocol: generated tonic/prost code for the `KV`, `Node` and `Admin` services.
 
 #![allow(clippy::all, missing_docs)]
 

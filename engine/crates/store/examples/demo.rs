@@ -31,6 +31,8 @@ fn pareto(rng: &mut SmallRng, n: u64) -> u64 {
 }
 
 fn main() {
+    // Built with the dev-dependencies, so with the test-only lock-order check: measure without it.
+    levee_store::disable_lock_order_check();
     let secs: u64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(30);
     let workers: usize = arg("--workers").and_then(|s| s.parse().ok()).unwrap_or(8);
     let keys: u64 = arg("--keys")

@@ -44,7 +44,7 @@ pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
 pub use error::{Error, Result};
 pub use keys::{IndexChange, IndexOp, Term};
 #[doc(hidden)]
-pub use lock_order::checked as lock_order_checked;
+pub use lock_order::{checked as lock_order_checked, disable as disable_lock_order_check};
 pub use snapshot::{
     index_continuation, FoldOrder, FoldedHead, FoldedObject, HeadFold, HeadFoldOptions, IndexPage,
     IndexQuery, ObjectFold, Snapshot, SnapshotKind,

@@ -43,6 +43,14 @@ pub(crate) enum Rank {
 mod check {
     use super::Rank;
     use std::cell::RefCell;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Examples (benchmarks) are built with dev-dependencies, so with this feature: they switch
+    /// the check off at start (`disable_lock_order_check`) to measure the engine as shipped.
+    pub(super) static ENABLED: AtomicBool = AtomicBool::new(true);
+    fn on() -> bool {
+        ENABLED.load(Ordering::Relaxed)
+    }
 
     thread_local! {
         static HELD: RefCell<Vec<Rank>> = const { RefCell::new(Vec::new()) };
@@ -61,6 +69,9 @@ mod check {
     }
 
     pub(super) fn acquire(rank: Rank) {
+        if !on() {
+            return;
+        }
         HELD.with(|h| {
             let mut h = h.borrow_mut();
             if let Some(&top) = h.iter().max() {
@@ -79,10 +90,16 @@ mod check {
 
     /// A lock taken without waiting (`try_lock`) cannot close a wait cycle: recorded, not checked.
     pub(super) fn record(rank: Rank) {
+        if !on() {
+            return;
+        }
         HELD.with(|h| h.borrow_mut().push(rank));
     }
 
     pub(super) fn release(rank: Rank) {
+        if !on() {
+            return;
+        }
         HELD.with(|h| {
             let mut h = h.borrow_mut();
             if let Some(i) = h.iter().rposition(|r| *r == rank) {
@@ -106,7 +123,17 @@ mod check {
 /// Whether this build checks the lock order (tests assert it, so turning the check off in the
 /// tests fails them instead of silently testing nothing).
 pub fn checked() -> bool {
-    cfg!(feature = "lock-order-check")
+    #[cfg(feature = "lock-order-check")]
+    return check::ENABLED.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(feature = "lock-order-check"))]
+    false
+}
+
+/// Switch the check off for the rest of the process: for benchmarks, which cargo builds with
+/// the dev-dependencies (and so with the check) like tests. Call it before opening any store.
+pub fn disable() {
+    #[cfg(feature = "lock-order-check")]
+    check::ENABLED.store(false, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A lock with its rank.

@@ -268,16 +268,18 @@ impl Segment {
     /// Find the record with this SQN. A lazily opened segment reads its index only when `sqn`
     /// falls inside its range.
     pub(crate) fn locate(&self, sqn: u64) -> Result<Option<IdxEntry>> {
-        if let Index::Lazy { first, last } = *self.index.read() {
-            if sqn < first || sqn > last {
-                return Ok(None);
-            }
-        }
-        self.with_index(|idx| {
+        let search = |idx: &[IdxEntry]| {
             idx.binary_search_by_key(&sqn, |e| e.sqn)
                 .ok()
                 .map(|i| idx[i])
-        })
+        };
+        // One read lock on the hot path (a loaded index).
+        match &*self.index.read() {
+            Index::Loaded(idx) => return Ok(search(idx)),
+            Index::Lazy { first, last } if sqn < *first || sqn > *last => return Ok(None),
+            Index::Lazy { .. } => {}
+        }
+        self.with_index(search)
     }
 
     /// Read the raw bytes of one record (one pread).

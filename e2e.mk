@@ -1,0 +1,59 @@
+# levee on a real single-node Kubernetes (e2e/, docs/e2e.md). Included by the top-level Makefile.
+#   make e2e-up      etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy,
+#                    CoreDNS, levee-nvme/levee-hdd storage (static local PVs); binaries built once into
+#                    ~/.cache/levee (k8s from the Go module proxy: ~10-15 min cold on 2 cores); state in ~/.cache/levee/e2e/run.
+#                    Prints the KUBECONFIG. Idempotent. Needs root.
+#   make e2e-down    removes everything e2e-up started (processes, mounts, interfaces, iptables chains,
+#                    cgroups, the run directory). Idempotent.
+#   make e2e-smoke   e2e-up, then the smoke scenario (Go test e2e/smoke_test.go): import the node, operator
+#                    and levee-bench images, helm install charts/levee-operator, apply the NVMe sample
+#                    (3 members, resources scaled to this machine), wait Available, a 60 s in-cluster
+#                    levee-bench Job against the client Service (results in out/e2e/smoke/), one compaction
+#                    Job created from the CronJob; then e2e-down (E2E_KEEP=1 keeps the cluster up).
+# On its own: make -f e2e.mk e2e-up / e2e-down (e2e-smoke needs image.mk, bench.mk and charts.mk too).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+E2E_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+GO ?= go
+LEVEE_CACHE ?= $(HOME)/.cache/levee
+export LEVEE_CACHE
+E2E_KUBE := $(E2E_ROOT)/e2e/kube
+E2E_OUT ?= $(E2E_ROOT)/out/e2e
+E2E_LOAD_SECONDS ?= 60
+E2E_KEEP ?=
+E2E_BENCH_BIN := $(E2E_ROOT)/engine/target/release/levee-bench
+E2E_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' $(E2E_ROOT)/engine/crates/node/Cargo.toml | head -n1)
+E2E_HELM_VERSION ?= v3.16.4
+
+.PHONY: e2e-bins e2e-up e2e-down e2e-images e2e-smoke e2e-vet
+
+## e2e-bins: build (once) the k8s binaries and CoreDNS into $(LEVEE_CACHE)
+e2e-bins:
+	$(E2E_KUBE)/build-bins.sh
+
+e2e-up:
+	$(E2E_KUBE)/up.sh
+
+e2e-down:
+	$(E2E_KUBE)/down.sh
+
+## e2e-images: the node and operator images (image.mk) and the levee-bench load image (bench.mk's build)
+e2e-images: image bench-build
+	$(E2E_KUBE)/images.sh bench $(E2E_BENCH_BIN)
+
+## e2e-vet: go vet + gofmt of the e2e module, shellcheck of the cluster scripts
+e2e-vet:
+	cd $(E2E_ROOT)/e2e && $(GO) vet -tags e2e ./... && test -z "$$(gofmt -l .)"
+	@$(E2E_ROOT)/hack/ensure-debs.sh shellcheck
+	shellcheck -x $(E2E_KUBE)/*.sh
+
+## e2e-smoke: up -> images -> helm install -> KVCluster Available -> 60 s load -> compaction Job -> down
+e2e-smoke: e2e-images helm e2e-vet
+	@start=$$SECONDS; rc=0; \
+	  $(E2E_KUBE)/up.sh && \
+	  { cd $(E2E_ROOT)/e2e && E2E_ROOT=$(E2E_ROOT) E2E_OUT=$(E2E_OUT) E2E_LOAD_SECONDS=$(E2E_LOAD_SECONDS) \
+	      E2E_VERSION=$(E2E_VERSION) HELM=$(LEVEE_CACHE)/bin/helm-$(E2E_HELM_VERSION) \
+	      $(GO) test -tags e2e -count=1 -v -timeout 30m -run TestSmoke . ; } || rc=$$?; \
+	  if [ -z "$(E2E_KEEP)" ]; then $(E2E_KUBE)/down.sh || rc=1; else echo "E2E_KEEP set: cluster left up"; fi; \
+	  echo "e2e-smoke: rc=$$rc in $$((SECONDS - start)) s"; exit $$rc

@@ -1,0 +1,173 @@
+//go:build e2e
+
+// The smoke scenario of issue 13 on the real single-node cluster of e2e/kube (make e2e-smoke):
+// images imported into the node's containerd, `helm install` of charts/levee-operator, the NVMe
+// sample KVCluster (3 members; requests scaled down to fit a 2-core node) until Available, a 60 s
+// levee-bench Job against the client Service with its results copied to out/e2e/smoke, and one
+// compaction Job created from the operator's CronJob. Everything goes through kubectl, helm and ctr
+// (the same commands a user would type). On failure the cluster's state is dumped into
+// out/e2e/smoke/diagnostics.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	operatorNS  = "levee-system"
+	clusterNS   = "levee-e2e"
+	clusterName = "orders" // metadata.name of the NVMe sample
+)
+
+func TestSmoke(t *testing.T) {
+	e := newEnv(t)
+	out := filepath.Join(e.out, "smoke")
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.diagnose(filepath.Join(out, "diagnostics"), operatorNS, clusterNS)
+		}
+	})
+
+	// The scenario starts from an empty cluster: a kept one (E2E_KEEP=1) still holds the last run's
+	// namespace and has used its local PVs (reclaim policy Retain).
+	if _, err := e.exec("", "kubectl", "get", "namespace", clusterNS); err == nil {
+		t.Fatalf("namespace %s exists from an earlier run: run make e2e-down first", clusterNS)
+	}
+
+	e.step("import images into the node's containerd", func() {
+		for _, a := range []string{
+			filepath.Join(e.root, "out/image", "levee-"+e.version+".tar"),
+			filepath.Join(e.root, "out/image", "levee-operator-"+e.version+".tar"),
+			filepath.Join(e.cache, "e2e/images/bench.tar"),
+		} {
+			e.ctr("images", "import", a)
+		}
+	})
+
+	e.step("helm install charts/levee-operator", func() {
+		e.run(e.helm, "upgrade", "--install", "levee-operator", filepath.Join(e.root, "charts/levee-operator"),
+			"--namespace", operatorNS, "--create-namespace", "--set", "image.pullPolicy=Never",
+			"--wait", "--timeout", "5m")
+		e.kubectl("-n", operatorNS, "rollout", "status", "deployment", "--timeout=2m")
+	})
+
+	e.step("apply the NVMe sample KVCluster", func() {
+		e.kubectl("create", "namespace", clusterNS)
+		sample := filepath.Join(e.root, "operator/config/samples/kv_v1alpha1_kvcluster_nvme.yaml")
+		// The sample asks for 2-4 CPUs and 8 GiB per member: scale the requests to a 2-core node
+		// (everything else as shipped: 3 members, ring 64, nVal 3, storage profile nvme).
+		patched := e.kubectl("patch", "--local", "-f", sample, "--type", "merge", "-o", "yaml", "-p",
+			`{"spec":{"imagePullPolicy":"Never","resources":{"requests":{"cpu":"100m","memory":"256Mi"},"limits":{"cpu":"1","memory":"2Gi"}}}}`)
+		e.kubectlIn(patched, "-n", clusterNS, "apply", "-f", "-")
+	})
+
+	e.step("KVCluster Available", func() {
+		e.kubectl("-n", clusterNS, "wait", "kvcluster/"+clusterName, "--for=condition=Available", "--timeout=10m")
+		t.Log(e.kubectl("-n", clusterNS, "get", "kvcluster,statefulset,pods,pvc,svc,cronjob", "-o", "wide"))
+	})
+
+	e.step(fmt.Sprintf("in-cluster levee-bench load for %d s against the client Service", e.loadSeconds), func() {
+		scenario := fmt.Sprintf(`# e2e smoke load: 8 KB values, pareto keys, 5 GET : 1 UPDATE, through the client Service.
+driver = "grpc"
+address = "%s.%s.svc:8087"
+mode = "max"
+concurrent = 8
+duration = "%ds"
+report_interval = "10s"
+operations = [["get", 5], ["update", 1]]
+[key_generator]
+type = "pareto_int"
+n = 20000
+[value_generator]
+type = "fixed_bin"
+size = 8192
+[preload]
+keys = 5000
+`, clusterName, clusterNS, e.loadSeconds)
+		if err := os.WriteFile(filepath.Join(out, "scenario.toml"), []byte(scenario), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.kubectl("-n", clusterNS, "create", "configmap", "smoke-load", "--from-file=scenario.toml="+filepath.Join(out, "scenario.toml"))
+		// Single-node cluster: the Job writes its run directory through a hostPath volume straight
+		// into out/e2e/smoke/bench (the image has no shell or tar for `kubectl cp`).
+		job := fmt.Sprintf(`apiVersion: batch/v1
+kind: Job
+metadata: {name: smoke-load, namespace: %s}
+spec:
+  backoffLimit: 0
+  activeDeadlineSeconds: %d
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: bench
+        image: docker.io/library/levee-bench:e2e
+        imagePullPolicy: Never
+        args: ["run", "/scenario/scenario.toml", "--out", "/out/bench", "--quiet"]
+        securityContext: {runAsUser: 0}
+        volumeMounts:
+        - {name: scenario, mountPath: /scenario}
+        - {name: out, mountPath: /out}
+      volumes:
+      - name: scenario
+        configMap: {name: smoke-load}
+      - name: out
+        hostPath: {path: %q, type: DirectoryOrCreate}
+`, clusterNS, e.loadSeconds+600, out)
+		e.kubectlIn(job, "apply", "-f", "-")
+		e.waitJob(clusterNS, "smoke-load", time.Duration(e.loadSeconds+600)*time.Second)
+		logs := e.kubectl("-n", clusterNS, "logs", "job/smoke-load")
+		_ = os.WriteFile(filepath.Join(out, "bench.log"), []byte(logs), 0o644)
+		for _, f := range []string{"summary.csv", "get_latencies.csv", "update_latencies.csv", "summary.png"} {
+			st, err := os.Stat(filepath.Join(out, "bench", f))
+			if err != nil || st.Size() == 0 {
+				t.Fatalf("load Job wrote no %s (%v); log:\n%s", f, err, logs)
+			}
+		}
+		sum, _ := os.ReadFile(filepath.Join(out, "bench", "summary.csv"))
+		lines := strings.Split(strings.TrimSpace(string(sum)), "\n")
+		if len(lines) < 2 {
+			t.Fatalf("summary.csv has no data rows:\n%s", sum)
+		}
+		t.Logf("summary.csv (%d rows), last: %s", len(lines)-1, lines[len(lines)-1])
+	})
+
+	e.step("compaction Job from the operator's CronJob", func() {
+		cj := strings.Fields(e.kubectl("-n", clusterNS, "get", "cronjob", "-l", "kv.levee.io/maintenance=compaction",
+			"-o", "jsonpath={.items[*].metadata.name}"))
+		if len(cj) == 0 {
+			t.Fatal("the operator made no compaction CronJob")
+		}
+		e.kubectl("-n", clusterNS, "create", "job", "smoke-compact", "--from=cronjob/"+cj[0])
+		e.waitJob(clusterNS, "smoke-compact", 15*time.Minute)
+		// One pod per member (an Indexed Job): keep every member's log, not just the first pod's.
+		done := e.kubectl("-n", clusterNS, "get", "job", "smoke-compact", "-o", "jsonpath={.status.succeeded}/{.spec.completions}")
+		logs := e.kubectl("-n", clusterNS, "logs", "-l", "job-name=smoke-compact", "--all-containers", "--prefix", "--tail=-1")
+		_ = os.WriteFile(filepath.Join(out, "compaction.log"), []byte(logs), 0o644)
+		t.Logf("compaction Job from cronjob/%s succeeded (%s pods):\n%s", cj[0], done, logs)
+		// The operator reports the run member by member in the KVCluster's status.
+		var phase string
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+			phase = e.kubectl("-n", clusterNS, "get", "kvcluster", clusterName, "-o",
+				"jsonpath={.status.maintenance.compaction.job} {.status.maintenance.compaction.phase} {.status.maintenance.compaction.message}")
+			if strings.HasPrefix(phase, "smoke-compact Succeeded") {
+				break
+			}
+		}
+		if !strings.HasPrefix(phase, "smoke-compact Succeeded") {
+			t.Fatalf("KVCluster status does not report the compaction Job as Succeeded: %q", phase)
+		}
+		t.Logf("KVCluster status.maintenance.compaction: %s", phase)
+	})
+}

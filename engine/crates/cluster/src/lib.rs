@@ -17,10 +17,16 @@
 //! * [`quorum`] — the coordinator's decisions: PUT and GET quorum trackers (`w`/`pw`/`dw`,
 //!   `r`/`pr`/`notfound_ok`/`basic_quorum`), value fetch and read-repair plans, and the
 //!   per-bucket-type options.
+//! * [`coverage`] — coverage queries: the plan of vnodes that answers every key-partition once,
+//!   the merge of their sorted streams, and continuation tokens bound to a query.
+//! * [`handoff`] — hinted handoff: which fallback vnodes to hand back now (throttled), and the
+//!   acknowledged, resumable batches of one transfer.
 //!
 //! `docs/cluster.md` describes the algorithms, formats and their limits.
 
 pub mod causality;
+pub mod coverage;
+pub mod handoff;
 pub mod membership;
 pub mod object;
 pub mod quorum;
@@ -32,6 +38,15 @@ pub use causality::{
     SiblingKind, SiblingMeta, SiblingSet,
 };
 
+pub use coverage::{
+    coverage_plan, merge_sorted, query_hash, Continuation, ContinuationError, CoverageError,
+    CoveragePlan, CoverageVnode, FallbackVnode, FormatError, IndexEntry, KeyFilter, Merge,
+    MergeError, MergeStep, MergedPage,
+};
+pub use handoff::{
+    plan_handoffs, Batch, BatchId, BatchLimit, Handoff, HandoffError, HandoffKey, HandoffLimits,
+    HandoffPlan, HandoffState, HandoffStatus, KeySource, Wait,
+};
 pub use membership::change::{accept_without_transition, classify_change, MembershipChange};
 pub use membership::members::{Member, MemberList, MembersError};
 pub use object::{decode_contents, merge_needs_local_contents, Content, Object, ObjectError};

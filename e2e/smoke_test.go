@@ -10,6 +10,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,6 +76,60 @@ func TestSmoke(t *testing.T) {
 	e.step("KVCluster Available", func() {
 		e.kubectl("-n", clusterNS, "wait", "kvcluster/"+clusterName, "--for=condition=Available", "--timeout=10m")
 		t.Log(e.kubectl("-n", clusterNS, "get", "kvcluster,statefulset,pods,pvc,svc,cronjob", "-o", "wide"))
+	})
+
+	e.step("malformed KVClusters are refused by the API server with their messages", func() {
+		sample := filepath.Join(e.root, "operator/config/samples/kv_v1alpha1_kvcluster_nvme.yaml")
+		for _, c := range []struct{ patch, want string }{
+			{`{"metadata":{"name":"bad-ring"},"spec":{"ringSize":100}}`, "ringSize must be a power of two"},
+			{`{"metadata":{"name":"bad-nval"},"spec":{"replicas":3,"nVal":5}}`, "nVal must be less than or equal to replicas"},
+			{`{"metadata":{"name":"bad-hour"},"spec":{"compaction":{"windowStartHour":24}}}`, "compaction.windowStartHour must be an hour of the day between 0 and 23"},
+		} {
+			bad := e.kubectl("patch", "--local", "-f", sample, "--type", "merge", "-o", "yaml", "-p", c.patch)
+			out, err := e.exec(bad, "kubectl", "-n", clusterNS, "apply", "--dry-run=server", "-f", "-")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%s: want a refusal saying %q, got err=%v:\n%s", c.patch, c.want, err, out)
+			}
+		}
+		// An update the CRD forbids: the ring size of a running cluster.
+		out, err := e.exec("", "kubectl", "-n", clusterNS, "patch", "kvcluster", clusterName, "--type", "merge", "-p", `{"spec":{"ringSize":128}}`)
+		if err == nil || !strings.Contains(err.Error(), "ringSize is immutable") {
+			t.Fatalf("ringSize change: want 'ringSize is immutable', got err=%v:\n%s", err, out)
+		}
+	})
+
+	e.step("every member runs the operator's member list (members.json, version 1, 3 members)", func() {
+		for i := 0; i < 3; i++ {
+			pod := fmt.Sprintf("%s-%d", clusterName, i)
+			var got struct {
+				Version uint64 `json:"version"`
+				Members []struct {
+					Name       string `json:"name"`
+					Partitions int    `json:"partitions"`
+				} `json:"members"`
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				out := e.kubectl("-n", clusterNS, "exec", pod, "--", "levee", "admin", "members", "--json")
+				if err := json.Unmarshal([]byte(out), &got); err != nil {
+					t.Fatalf("%s: levee admin members --json: %v\n%s", pod, err, out)
+				}
+				if got.Version >= 1 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(2 * time.Second)
+			}
+			if got.Version != 1 || len(got.Members) != 3 {
+				t.Fatalf("%s runs member list version %d with %d members, want version 1 with 3", pod, got.Version, len(got.Members))
+			}
+			total := 0
+			for _, m := range got.Members {
+				total += m.Partitions
+			}
+			if total != 64 {
+				t.Fatalf("%s: the claim covers %d partitions, want 64", pod, total)
+			}
+		}
 	})
 
 	e.step(fmt.Sprintf("in-cluster levee-bench load for %d s against the client Service", e.loadSeconds), func() {

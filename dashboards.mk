@@ -3,15 +3,20 @@
 #                          rule unit tests (each alert firing and quiet); the Go tests of dashboards/:
 #                          JSON current with its generator, dashboard model, every PromQL expression
 #                          parses (Prometheus' parser), panels scoped by the template variables, only
-#                          documented metrics; and the metric contract against a real `levee serve`
-#                          (builds the release node binary; set LEVEE_BIN to use another one)
-#   make dashboards-gen    regenerate dashboards/grafana/*.json from dashboards/internal/grafana
+#                          documented metrics; the Helm chart's copies (charts/levee-operator/files)
+#                          equal to grafana/ and alerts/; and the metric contract against a real
+#                          `levee serve` (builds the release node binary; set LEVEE_BIN to use another one)
+#   make dashboards-gen    regenerate dashboards/grafana/*.json from dashboards/internal/grafana and
+#                          copy the dashboards and alerts/levee.rules.yaml into the Helm chart
+#                          (charts/levee-operator/files: Helm reads no file outside the chart)
 #   make dashboard-linter  build the linter into the cache outside the clone (about 2 min cold)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 DASHBOARDS_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 DASHBOARDS := $(DASHBOARDS_ROOT)/dashboards
+# The Helm chart ships the dashboards and the rules from here (written by dashboards-gen).
+DASHBOARDS_CHART_FILES := $(DASHBOARDS_ROOT)/charts/levee-operator/files
 GO ?= go
 CARGO ?= cargo
 PROMTOOL ?= promtool
@@ -38,7 +43,7 @@ dashboards-deps:
 	@$(DASHBOARDS_ROOT)/hack/ensure-debs.sh prometheus
 
 dashboards-gen:
-	cd $(DASHBOARDS) && $(GO) run ./cmd/gen
+	cd $(DASHBOARDS) && $(GO) run ./cmd/gen -chart $(DASHBOARDS_CHART_FILES)
 
 dashboards-levee:
 ifeq ($(LEVEE_BIN),$(DASHBOARDS_ROOT)/engine/target/release/levee)

@@ -52,6 +52,42 @@ func TestDashboardFilesAreGenerated(t *testing.T) {
 	}
 }
 
+// TestChartCopiesAreCurrent: the Helm chart ships copies of the dashboards and the rules (Helm
+// reads no file outside the chart); they are these files byte for byte. chart-test checks the same
+// and what the chart renders from them.
+func TestChartCopiesAreCurrent(t *testing.T) {
+	r := root(t)
+	chart := filepath.Join(r, "..", "charts", "levee-operator", "files")
+	src, _ := filepath.Glob(filepath.Join(r, exprs.GrafanaDir, "*.json"))
+	copies, _ := filepath.Glob(filepath.Join(chart, exprs.GrafanaDir, "*.json"))
+	if len(copies) != len(src) {
+		t.Errorf("charts/levee-operator/files/%s has %d dashboards, %s %d: run `make dashboards-gen`", exprs.GrafanaDir, len(copies), exprs.GrafanaDir, len(src))
+	}
+	for _, rel := range append([]string{exprs.RulesFile}, relPaths(t, r, src)...) {
+		want, err := os.ReadFile(filepath.Join(r, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(chart, rel))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("charts/levee-operator/files/%s differs from dashboards/%s (err %v): run `make dashboards-gen`", rel, rel, err)
+		}
+	}
+}
+
+func relPaths(t *testing.T, base string, paths []string) []string {
+	t.Helper()
+	var out []string
+	for _, p := range paths {
+		rel, err := filepath.Rel(base, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rel)
+	}
+	return out
+}
+
 type panel struct {
 	ID          int             `json:"id"`
 	Type        string          `json:"type"`

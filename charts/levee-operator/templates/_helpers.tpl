@@ -43,6 +43,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* Non-empty when the PrometheusRule with levee's rules is rendered: prometheusRule.enabled
+true, or "auto" and the API server serves monitoring.coreos.com/v1 PrometheusRule (`helm template`
+knows that only from --api-versions). */}}
+{{- define "levee-operator.prometheusRule" -}}
+{{- $e := .Values.prometheusRule.enabled }}
+{{- if or (eq (toString $e) "true") (and (eq (toString $e) "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")) }}true{{ end }}
+{{- end }}
+
 {{/* Input checks that the schema cannot express; each fails with a message naming the fix. */}}
 {{- define "levee-operator.validate" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}

@@ -88,10 +88,6 @@ func SetDefaults(c *KVCluster) {
 		t := true
 		s.Monitoring.ServiceMonitor = &t
 	}
-	if s.Monitoring.PrometheusRule == nil {
-		t := true
-		s.Monitoring.PrometheusRule = &t
-	}
 	if s.Scheduling.TerminationGracePeriodSeconds == nil {
 		g := int64(120)
 		s.Scheduling.TerminationGracePeriodSeconds = &g

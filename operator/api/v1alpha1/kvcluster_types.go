@@ -214,10 +214,16 @@ type TLSSpec struct {
 
 // MonitoringSpec controls the Prometheus Operator objects (created only when its CRDs exist).
 type MonitoringSpec struct {
+	// ServiceMonitor creates a ServiceMonitor that scrapes every member's /metrics (when the
+	// Prometheus Operator CRDs exist); false deletes it.
 	// +kubebuilder:default=true
 	// +optional
 	ServiceMonitor *bool `json:"serviceMonitor,omitempty"`
-	// +kubebuilder:default=true
+	// PrometheusRule is deprecated and ignored: the operator no longer creates a PrometheusRule
+	// per cluster (and deletes the one it created before). The alerting and recording rules,
+	// one copy for every cluster, ship with the Helm chart (value prometheusRule.enabled) and
+	// as dashboards/alerts/levee.rules.yaml. Still accepted so that existing manifests apply;
+	// it will be removed from the next API version.
 	// +optional
 	PrometheusRule *bool `json:"prometheusRule,omitempty"`
 }

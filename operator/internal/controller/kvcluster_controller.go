@@ -52,8 +52,9 @@ type KVClusterReconciler struct {
 
 // RBAC: only the verbs the code calls. Children are written with server-side apply (patch;
 // create when they do not exist yet) and read from the cache (list, watch); only CronJobs
-// (pruning), maintenance Jobs (dropping expired ones) and the optional Prometheus objects
-// (monitoring turned off) are ever deleted. Nothing is written with update.
+// (pruning), maintenance Jobs (dropping expired ones), the ServiceMonitor (monitoring turned off)
+// and the PrometheusRule earlier versions created (get and delete only: the rules now ship with
+// the Helm chart) are ever deleted. Nothing is written with update.
 // kvclusters/finalizers update: setting blockOwnerDeletion on children requires it.
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=list;watch
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/status,verbs=patch
@@ -63,7 +64,8 @@ type KVClusterReconciler struct {
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=list;watch;patch;delete
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;prometheusrules,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=prometheusrules,verbs=get;delete
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;certificates,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
@@ -133,6 +135,11 @@ func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus
 	if st.RingVersion != c.Status.RingVersion {
 		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChanged",
 			"ring membership settled at %d members (ring version %d)", len(st.Members), st.RingVersion)
+	}
+	if obs.LegacyPrometheusRuleDeleted {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, ReasonPrometheusRuleRemoved,
+			"deleted PrometheusRule %s, created by an earlier operator version: the operator no longer creates alert rules per cluster; "+
+				"they ship with the Helm chart (value prometheusRule.enabled) or as dashboards/alerts/levee.rules.yaml", c.Name)
 	}
 	if obs.ApplyErr != nil {
 		r.Recorder.Event(c, corev1.EventTypeWarning, ReasonReconcileError, obs.ApplyErr.Error())
@@ -226,12 +233,20 @@ func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVClust
 	obs.Maintenance = maint
 
 	// Optional integrations, detected at every reconcile (CRDs may come and go).
-	mon, err := r.served(schema.GroupVersion{Group: "monitoring.coreos.com", Version: "v1"}, "servicemonitors", "prometheusrules")
+	monRes, err := r.servedResources(MonitoringGV)
 	add(err)
-	obs.MonitoringCRDs = mon
-	if mon {
+	// The PrometheusRule earlier versions created per cluster would alert next to the rules the
+	// Helm chart ships (one source: dashboards/alerts/levee.rules.yaml): delete it when this
+	// cluster controls it. Done before the ServiceMonitor is applied, so a ServiceMonitor written
+	// by this reconcile shows the cleanup has run.
+	if monRes["prometheusrules"] {
+		deleted, err := r.deleteIfControlled(ctx, c, LegacyPrometheusRule(c))
+		add(err)
+		obs.LegacyPrometheusRuleDeleted = deleted
+	}
+	obs.MonitoringCRDs = monRes["servicemonitors"]
+	if obs.MonitoringCRDs {
 		add(r.applyOrDelete(ctx, c, BuildServiceMonitor(c), boolOr(c.Spec.Monitoring.ServiceMonitor, true)))
-		add(r.applyOrDelete(ctx, c, BuildPrometheusRule(c), boolOr(c.Spec.Monitoring.PrometheusRule, true)))
 	}
 	cm, err := r.served(schema.GroupVersion{Group: "cert-manager.io", Version: "v1"}, "certificates", "issuers")
 	add(err)
@@ -337,15 +352,29 @@ func (r *KVClusterReconciler) applyOrDelete(ctx context.Context, c *kvv1.KVClust
 	if want {
 		return r.apply(ctx, c, obj)
 	}
+	_, err := r.deleteIfControlled(ctx, c, obj)
+	return err
+}
+
+// deleteIfControlled deletes the object named like obj (kind, namespace, name) when c is its
+// controller, and reports whether it deleted it. An object someone else created under that
+// name is left alone.
+func (r *KVClusterReconciler) deleteIfControlled(ctx context.Context, c *kvv1.KVCluster, obj *unstructured.Unstructured) (bool, error) {
 	current := &unstructured.Unstructured{}
 	current.SetGroupVersionKind(obj.GroupVersionKind())
 	if err := r.Get(ctx, client.ObjectKeyFromObject(obj), current); err != nil {
-		return client.IgnoreNotFound(err)
+		return false, client.IgnoreNotFound(err)
 	}
-	if !metav1.IsControlledBy(current, c) {
-		return nil
+	if !metav1.IsControlledBy(current, c) || current.GetDeletionTimestamp() != nil {
+		return false, nil
 	}
-	return client.IgnoreNotFound(r.Delete(ctx, current))
+	if err := r.Delete(ctx, current, client.Preconditions{UID: ptr(current.GetUID())}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("cannot delete %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return true, nil
 }
 
 // pruneCronJobs deletes maintenance CronJobs of this cluster that are no longer desired
@@ -368,18 +397,28 @@ func (r *KVClusterReconciler) pruneCronJobs(ctx context.Context, c *kvv1.KVClust
 	return nil
 }
 
-// served reports whether the API server serves all the named resources of gv.
-func (r *KVClusterReconciler) served(gv schema.GroupVersion, resources ...string) (bool, error) {
+// servedResources returns the resources the API server serves in gv (none when it does not
+// serve the group version at all).
+func (r *KVClusterReconciler) servedResources(gv schema.GroupVersion) (map[string]bool, error) {
 	list, err := r.Discovery.ServerResourcesForGroupVersion(gv.String())
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return map[string]bool{}, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("cannot discover %s: %w", gv, err)
+		return map[string]bool{}, fmt.Errorf("cannot discover %s: %w", gv, err)
 	}
 	have := map[string]bool{}
 	for _, res := range list.APIResources {
 		have[res.Name] = true
+	}
+	return have, nil
+}
+
+// served reports whether the API server serves all the named resources of gv.
+func (r *KVClusterReconciler) served(gv schema.GroupVersion, resources ...string) (bool, error) {
+	have, err := r.servedResources(gv)
+	if err != nil {
+		return false, err
 	}
 	for _, n := range resources {
 		if !have[n] {

@@ -31,6 +31,9 @@ type Observed struct {
 	// MembersErr: the settled membership in status is not a member list the node accepts, so
 	// members.json was not written (the ConfigMap keeps the previous one).
 	MembersErr error
+	// LegacyPrometheusRuleDeleted: this reconcile deleted the PrometheusRule an earlier
+	// operator version created for the cluster.
+	LegacyPrometheusRuleDeleted bool
 }
 
 // Condition reasons.
@@ -49,7 +52,15 @@ const (
 	ReasonDisabled            = "Disabled"
 	ReasonCAMissing           = "CACertificateMissing"
 	ReasonMemberListInvalid   = "MemberListInvalid"
+	// ReasonPrometheusRuleRemoved: the Event of deleting the PrometheusRule an earlier operator
+	// version created for the cluster.
+	ReasonPrometheusRuleRemoved = "PrometheusRuleRemoved"
 )
+
+// PrometheusRuleDeprecated is added to the MonitoringReady message while the deprecated field
+// spec.monitoring.prometheusRule is set.
+const PrometheusRuleDeprecated = "spec.monitoring.prometheusRule is deprecated and ignored: the operator creates no PrometheusRule; " +
+	"the alert rules ship with the Helm chart (value prometheusRule.enabled) or as dashboards/alerts/levee.rules.yaml"
 
 // MemberListInvalidMessage explains a settled membership the node would refuse (Degraded
 // condition and Warning Event).
@@ -140,15 +151,19 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 		set(kvv1.ConditionDegraded, false, ReasonAsExpected, "no errors; "+readyMsg)
 	}
 
-	wantMon := boolOr(spec.Monitoring.ServiceMonitor, true) || boolOr(spec.Monitoring.PrometheusRule, true)
+	// spec.monitoring.prometheusRule is deprecated and ignored; say so where users look.
+	monNote := ""
+	if spec.Monitoring.PrometheusRule != nil {
+		monNote = "; " + PrometheusRuleDeprecated
+	}
 	switch {
-	case !wantMon:
-		set(kvv1.ConditionMonitoring, true, ReasonDisabled, "monitoring.serviceMonitor and monitoring.prometheusRule are false")
+	case !boolOr(spec.Monitoring.ServiceMonitor, true):
+		set(kvv1.ConditionMonitoring, true, ReasonDisabled, "monitoring.serviceMonitor is false"+monNote)
 	case obs.MonitoringCRDs:
-		set(kvv1.ConditionMonitoring, true, ReasonCreated, "ServiceMonitor/PrometheusRule applied")
+		set(kvv1.ConditionMonitoring, true, ReasonCreated, fmt.Sprintf("ServiceMonitor %s applied", c.Name)+monNote)
 	default:
 		set(kvv1.ConditionMonitoring, false, ReasonPrometheusOpMissing,
-			"the Prometheus Operator CRDs (monitoring.coreos.com/v1 ServiceMonitor, PrometheusRule) are not installed, so no ServiceMonitor or PrometheusRule was created; install the Prometheus Operator to get them")
+			"the Prometheus Operator CRDs are not installed (monitoring.coreos.com/v1 ServiceMonitor is not served), so no ServiceMonitor was created; install the Prometheus Operator to get it"+monNote)
 	}
 
 	switch {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,8 +69,19 @@ func TestComputeStatus(t *testing.T) {
 		}, obs: Observed{CertManagerCRDs: true, TLSCAMissing: true}, phase: kvv1.PhaseCreating, conds: conds{"TLSReady": "False/CACertificateMissing"}},
 		{name: "monitoring disabled", mutate: func(c *kvv1.KVCluster) {
 			f := false
-			c.Spec.Monitoring.ServiceMonitor, c.Spec.Monitoring.PrometheusRule = &f, &f
+			c.Spec.Monitoring.ServiceMonitor = &f
 		}, obs: Observed{}, phase: kvv1.PhaseCreating, conds: conds{"MonitoringReady": "True/Disabled"}},
+		// The deprecated prometheusRule neither asks for monitoring nor turns it off.
+		{name: "prometheusRule alone does not enable monitoring", mutate: func(c *kvv1.KVCluster) {
+			f, tr := false, true
+			c.Spec.Monitoring.ServiceMonitor, c.Spec.Monitoring.PrometheusRule = &f, &tr
+		}, obs: Observed{MonitoringCRDs: true}, phase: kvv1.PhaseCreating, conds: conds{"MonitoringReady": "True/Disabled"}},
+		{name: "prometheusRule false does not disable the ServiceMonitor", mutate: func(c *kvv1.KVCluster) {
+			f := false
+			c.Spec.Monitoring.PrometheusRule = &f
+		}, obs: Observed{MonitoringCRDs: true}, phase: kvv1.PhaseCreating, conds: conds{"MonitoringReady": "True/Created"}},
+		{name: "prometheus operator missing", obs: Observed{}, phase: kvv1.PhaseCreating,
+			conds: conds{"MonitoringReady": "False/PrometheusOperatorNotInstalled"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +112,35 @@ func TestComputeStatus(t *testing.T) {
 				t.Errorf("TLS condition present with TLS disabled")
 			}
 		})
+	}
+}
+
+// A KVCluster that still sets the deprecated spec.monitoring.prometheusRule (objects stored by
+// earlier versions have it defaulted to true) is told, in MonitoringReady, that it is ignored.
+func TestDeprecatedPrometheusRuleIsExplained(t *testing.T) {
+	f, tr := false, true
+	for _, tc := range []struct {
+		name  string
+		set   *bool
+		sm    *bool
+		obs   Observed
+		noted bool
+	}{
+		{"unset", nil, nil, Observed{MonitoringCRDs: true}, false},
+		{"true, ServiceMonitor applied", &tr, nil, Observed{MonitoringCRDs: true}, true},
+		{"false, no Prometheus Operator", &f, nil, Observed{}, true},
+		{"true, monitoring disabled", &tr, &f, Observed{}, true},
+	} {
+		c := cluster(func(c *kvv1.KVCluster) {
+			c.Spec.Monitoring.PrometheusRule = tc.set
+			if tc.sm != nil {
+				c.Spec.Monitoring.ServiceMonitor = tc.sm
+			}
+		})
+		cond := meta.FindStatusCondition(ComputeStatus(c, tc.obs, metav1.NewTime(time.Unix(100, 0))).Conditions, kvv1.ConditionMonitoring)
+		if got := strings.Contains(cond.Message, PrometheusRuleDeprecated); got != tc.noted {
+			t.Errorf("%s: message %q mentions the deprecation: %v, want %v", tc.name, cond.Message, got, tc.noted)
+		}
 	}
 }
 

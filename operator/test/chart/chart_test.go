@@ -63,7 +63,18 @@ func helm(t *testing.T, args ...string) (string, error) {
 // render runs helm template with --set pairs and returns the objects by "Kind/name".
 func render(t *testing.T, sets ...string) map[string]*unstructured.Unstructured {
 	t.Helper()
-	out, err := helm(t, renderArgs(t, sets...)...)
+	return renderAPI(t, nil, sets...)
+}
+
+// renderAPI is render on an API server that also serves apiVersions (helm's --api-versions,
+// what `helm install` finds by discovery), e.g. monitoring.coreos.com/v1/PrometheusRule.
+func renderAPI(t *testing.T, apiVersions []string, sets ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	args := renderArgs(t, sets...)
+	for _, v := range apiVersions {
+		args = append(args, "--api-versions", v)
+	}
+	out, err := helm(t, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +149,8 @@ func TestLint(t *testing.T) {
 		{"replicaCount=2", "serviceMonitor.enabled=true", "serviceMonitor.prometheusServiceAccount.name=prometheus",
 			"serviceMonitor.prometheusServiceAccount.namespace=monitoring"},
 		{"metrics.secure=false", "rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=ops"},
+		{"dashboards.enabled=false", "prometheusRule.enabled=true", "prometheusRule.labels.release=prometheus"},
+		{"dashboards.label=grafana_dashboard_levee", "dashboards.namespace=monitoring", "dashboards.annotations.grafana_folder=levee"},
 	} {
 		args := []string{"lint", chartDir(t), "--strict", "--kube-version", "1.31.4"}
 		for _, s := range sets {
@@ -213,7 +226,10 @@ func TestClusterRoleMatchesGeneratedRBAC(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	objs := render(t)
+	// No PrometheusRule: `helm template` without --api-versions has no Prometheus Operator CRDs.
 	want := []string{"ClusterRole/lv-levee-operator", "ClusterRole/lv-levee-operator-metrics-reader", "ClusterRoleBinding/lv-levee-operator",
+		"ConfigMap/lv-levee-operator-dashboard-maintenance", "ConfigMap/lv-levee-operator-dashboard-overview",
+		"ConfigMap/lv-levee-operator-dashboard-resources",
 		"Deployment/lv-levee-operator", "Role/lv-levee-operator-leader-election", "RoleBinding/lv-levee-operator-leader-election",
 		"Service/lv-levee-operator-metrics", "ServiceAccount/lv-levee-operator"}
 	if got := kinds(objs); !slices.Equal(got, want) {
@@ -342,7 +358,7 @@ func TestValuesUsersChange(t *testing.T) {
 		}
 	})
 	t.Run("existing service account, no RBAC", func(t *testing.T) {
-		objs := render(t, "serviceAccount.create=false", "serviceAccount.name=ops", "rbac.create=false")
+		objs := render(t, "serviceAccount.create=false", "serviceAccount.name=ops", "rbac.create=false", "dashboards.enabled=false")
 		if got := kinds(objs); !slices.Equal(got, []string{"Deployment/lv-levee-operator", "Service/lv-levee-operator-metrics"}) {
 			t.Errorf("objects = %q", got)
 		}
@@ -375,6 +391,10 @@ func TestBadValuesAreRejected(t *testing.T) {
 		{[]string{"serviceMonitor.interval=often"}, "interval"},
 		{[]string{"logLevel=verbose"}, "logLevel"},
 		{[]string{"metrcs.enabled=false"}, "metrcs"},
+		{[]string{"prometheusRule.enabled=maybe"}, "prometheusRule.enabled"},
+		{[]string{"dashboards.label=grafana dashboard"}, "dashboards.label"},
+		{[]string{"dashboards.labelValue=-1-"}, "dashboards.labelValue"},
+		{[]string{"dashboards.labels.team=1"}, "dashboards.labels.team"},
 	}
 	for _, tc := range cases {
 		_, err := helm(t, renderArgs(t, tc.sets...)...)

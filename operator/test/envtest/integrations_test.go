@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,20 +90,32 @@ func getU(gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructu
 
 // TestOptionalIntegrations: without the Prometheus Operator and cert-manager CRDs the
 // operator creates none of their objects and explains why in conditions; once the
-// real CRDs are installed, ServiceMonitor, PrometheusRule, Issuers and Certificates
-// appear (and are accepted by the real CRD schemas).
+// real CRDs are installed, ServiceMonitor, Issuers and Certificates appear (and are
+// accepted by the real CRD schemas). No PrometheusRule is created (the alert rules ship with
+// the Helm chart); one an earlier operator version created for a cluster is deleted, with an
+// Event, while a PrometheusRule of the same name that the cluster does not own is left alone.
 func TestOptionalIntegrations(t *testing.T) {
 	ns := newNamespace(t)
-	createCluster(t, ns, "tls", func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true })
+	createCluster(t, ns, "tls", func(c *kvv1.KVCluster) {
+		c.Spec.TLS.Enabled = true
+		c.Spec.Monitoring.PrometheusRule = ptrTo(true) // deprecated: accepted, ignored
+	})
 	createCluster(t, ns, "plain", func(c *kvv1.KVCluster) {
-		c.Spec.Monitoring.ServiceMonitor = new(bool) // false: only the PrometheusRule
+		c.Spec.Monitoring.ServiceMonitor = new(bool) // false: no monitoring objects at all
 	})
 
 	// Phase 1: CRDs absent.
 	c := waitCondition(t, ns, "tls", kvv1.ConditionMonitoring, metav1.ConditionFalse, controller.ReasonPrometheusOpMissing)
-	if msg := condMessage(c, kvv1.ConditionMonitoring); !strings.Contains(msg, "Prometheus Operator CRDs") {
+	if msg := condMessage(c, kvv1.ConditionMonitoring); !strings.Contains(msg, "Prometheus Operator CRDs") || !strings.Contains(msg, controller.PrometheusRuleDeprecated) {
 		t.Errorf("monitoring condition message = %q", msg)
 	}
+	if c.Spec.Monitoring.PrometheusRule == nil || !*c.Spec.Monitoring.PrometheusRule {
+		t.Errorf("the API server dropped the deprecated spec.monitoring.prometheusRule: %s", dump(c.Spec.Monitoring))
+	}
+	if p := getCluster(t, ns, "plain"); p.Spec.Monitoring.PrometheusRule != nil {
+		t.Errorf("spec.monitoring.prometheusRule was defaulted: %s", dump(p.Spec.Monitoring))
+	}
+	waitCondition(t, ns, "plain", kvv1.ConditionMonitoring, metav1.ConditionTrue, controller.ReasonDisabled)
 	c = waitCondition(t, ns, "tls", kvv1.ConditionTLS, metav1.ConditionFalse, controller.ReasonCertManagerMissing)
 	if msg := condMessage(c, kvv1.ConditionTLS); !strings.Contains(msg, "cert-manager CRDs") || !strings.Contains(msg, "tls-tls") {
 		t.Errorf("tls condition message = %q", msg)
@@ -141,7 +154,7 @@ func TestOptionalIntegrations(t *testing.T) {
 		gvk  schema.GroupVersionKind
 		name string
 	}{
-		{controller.ServiceMonitorGVK, "tls"}, {controller.PrometheusRuleGVK, "tls"},
+		{controller.ServiceMonitorGVK, "tls"},
 		{controller.IssuerGVK, "tls-selfsigned"}, {controller.IssuerGVK, "tls-ca"},
 		{controller.CertificateGVK, "tls-ca"}, {controller.CertificateGVK, "tls-tls"},
 	} {
@@ -161,9 +174,14 @@ func TestOptionalIntegrations(t *testing.T) {
 		t.Errorf("servicemonitor endpoints = %v", port)
 	}
 
+	for _, name := range []string{"tls", "plain"} {
+		if _, err := getU(controller.PrometheusRuleGVK, ns, name); !apierrors.IsNotFound(err) {
+			t.Errorf("PrometheusRule %s: err=%v, want NotFound (the operator creates none)", name, err)
+		}
+	}
+
 	// The second cluster opted out of the ServiceMonitor and has TLS off.
-	eventually(t, "PrometheusRule of the plain cluster", func() error { _, err := getU(controller.PrometheusRuleGVK, ns, "plain"); return err })
-	waitCondition(t, ns, "plain", kvv1.ConditionMonitoring, metav1.ConditionTrue, controller.ReasonCreated)
+	waitCondition(t, ns, "plain", kvv1.ConditionMonitoring, metav1.ConditionTrue, controller.ReasonDisabled)
 	if _, err := getU(controller.ServiceMonitorGVK, ns, "plain"); !apierrors.IsNotFound(err) {
 		t.Errorf("ServiceMonitor of the plain cluster: err=%v, want NotFound", err)
 	}
@@ -171,7 +189,18 @@ func TestOptionalIntegrations(t *testing.T) {
 		t.Errorf("Certificate of the TLS-less cluster: err=%v, want NotFound", err)
 	}
 
-	// Turning the ServiceMonitor off deletes it.
+	// Upgrade from an operator version that created a PrometheusRule per cluster: the one the
+	// tls cluster controls goes, the one named like the plain cluster but not owned by it stays.
+	legacy := legacyPrometheusRule(ns, "tls", owner)
+	if err := k8sClient.Create(ctx, legacy); err != nil {
+		t.Fatalf("create the legacy PrometheusRule: %v", err)
+	}
+	foreign := legacyPrometheusRule(ns, "plain", nil)
+	if err := k8sClient.Create(ctx, foreign); err != nil {
+		t.Fatalf("create a PrometheusRule the cluster does not own: %v", err)
+	}
+
+	// Turning the ServiceMonitor off deletes it (and this reconcile removes the legacy rule).
 	if err := updateCluster(t, ns, "tls", func(c *kvv1.KVCluster) { c.Spec.Monitoring.ServiceMonitor = new(bool) }); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +210,56 @@ func TestOptionalIntegrations(t *testing.T) {
 		}
 		return nil
 	})
+	eventually(t, "legacy PrometheusRule of the tls cluster deleted", func() error {
+		if _, err := getU(controller.PrometheusRuleGVK, ns, "tls"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (err %v)", err)
+		}
+		return nil
+	})
+	eventually(t, "a PrometheusRuleRemoved Event", func() error {
+		var evs corev1.EventList
+		if err := k8sClient.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == controller.ReasonPrometheusRuleRemoved && e.Type == corev1.EventTypeNormal && e.InvolvedObject.Name == "tls" &&
+				strings.Contains(e.Message, "Helm chart") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none %s for tls", len(evs.Items), controller.ReasonPrometheusRuleRemoved)
+	})
+
+	// The plain cluster's reconcile that applies its ServiceMonitor has passed the cleanup step
+	// (which runs first): the PrometheusRule it does not own must still be there.
+	if err := updateCluster(t, ns, "plain", func(c *kvv1.KVCluster) { c.Spec.Monitoring.ServiceMonitor = ptrTo(true) }); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ServiceMonitor of the plain cluster", func() error { _, err := getU(controller.ServiceMonitorGVK, ns, "plain"); return err })
+	if u, err := getU(controller.PrometheusRuleGVK, ns, "plain"); err != nil || u.GetDeletionTimestamp() != nil {
+		t.Errorf("the PrometheusRule the plain cluster does not own was deleted (err %v)", err)
+	}
 }
+
+// legacyPrometheusRule is a PrometheusRule as earlier operator versions created it for a
+// cluster (named like it, controlled by it), or, with owner nil, one someone else created.
+func legacyPrometheusRule(ns, name string, owner *kvv1.KVCluster) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]interface{}{
+		"spec": map[string]interface{}{"groups": []interface{}{map[string]interface{}{
+			"name":  "levee." + ns + "." + name,
+			"rules": []interface{}{map[string]interface{}{"alert": "LeveeMemberDown", "expr": `up{service="` + name + `-headless"} == 0`, "for": "5m"}},
+		}}},
+	}}
+	u.SetGroupVersionKind(controller.PrometheusRuleGVK)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	if owner != nil {
+		u.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(owner, kvv1.GroupVersion.WithKind("KVCluster"))})
+	}
+	return u
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 func condMessage(c *kvv1.KVCluster, typ string) string {
 	for _, cond := range c.Status.Conditions {

@@ -22,9 +22,15 @@ struct Args {
 enum Cmd {
     /// Run a scenario; writes summary.csv, <label>_latencies.csv (basho_bench's labels:
     /// `index_query` → index-query), errors.csv, resources.csv and summary.png.
+    ///
+    /// Key generators differ from basho_bench in two ways: `uniform_int` draws 0..N-1 (basho_bench:
+    /// 1..N), and `sequential_int` is one sequence shared by all workers, so each key is written
+    /// once (basho_bench gives each worker its own, writing every key `concurrent` times); use
+    /// `partitioned_sequential_int` for one disjoint range per worker.
     Run {
         scenario: PathBuf,
-        /// Run directory (default out/<scenario>-<driver>).
+        /// Run directory (default out/<scenario>-<driver>). An earlier run's directory is
+        /// replaced; any other existing, non-empty directory is refused.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Override the scenario's driver: levee, rocksdb, rocksdb-blob, fjall, leveldb or grpc.
@@ -51,6 +57,32 @@ enum Cmd {
         #[arg(long, default_value = "get")]
         op: String,
     },
+}
+
+/// Written first into every run directory, so even a run stopped during preload is recognised.
+const RUN_MARKER: &str = ".levee-bench-run";
+
+/// Make way for a run in `out`: replace an earlier run's results, refuse anything else.
+fn clear_run_dir(out: &std::path::Path) -> Result<()> {
+    if !out.exists() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .next()
+        .is_none();
+    let earlier_run = out.join(RUN_MARKER).is_file() || out.join("summary.csv").is_file();
+    if !empty && !earlier_run {
+        anyhow::bail!(
+            "refusing to delete {}: it exists and is not an earlier levee-bench run (no {RUN_MARKER} \
+             or summary.csv); choose another --out or remove it yourself",
+            out.display()
+        );
+    }
+    if !empty {
+        eprintln!("replacing the earlier run in {}", out.display());
+    }
+    std::fs::remove_dir_all(out).with_context(|| format!("clearing {}", out.display()))
 }
 
 fn main() -> Result<()> {
@@ -81,10 +113,10 @@ fn main() -> Result<()> {
                 .unwrap_or_default();
             let out =
                 out.unwrap_or_else(|| PathBuf::from("out").join(format!("{stem}-{}", s.driver)));
-            if out.exists() {
-                std::fs::remove_dir_all(&out)
-                    .with_context(|| format!("clearing {}", out.display()))?;
-            }
+            clear_run_dir(&out)?;
+            std::fs::create_dir_all(&out)
+                .and_then(|_| std::fs::write(out.join(RUN_MARKER), ""))
+                .with_context(|| format!("creating {}", out.display()))?;
             let (data, temporary) = match data_dir {
                 Some(d) => (d, false),
                 None => (out.join("data"), true),

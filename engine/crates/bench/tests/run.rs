@@ -517,3 +517,28 @@ fn grpc_driver_loads_a_running_levee_node() {
     }
     assert!(bytes > 500 * 4096, "node data dir holds only {bytes} bytes");
 }
+
+/// `--out` names a directory that is not an earlier run: refused, and nothing in it is touched.
+#[test]
+fn run_refuses_to_delete_a_directory_that_is_not_an_earlier_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let precious = dir.path().join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../e2e/scenarios/demo.toml"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_levee-bench"))
+        .args(["run", scenario, "--quiet", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "levee-bench ran over {}",
+        dir.path().display()
+    );
+    assert!(stderr.contains("refusing to delete"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+}

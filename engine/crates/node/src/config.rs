@@ -13,6 +13,11 @@
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
 //!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
+//! [limits]      vnode_concurrency (4), vnode_queue (64), default_deadline_ms (2000): overload
+//!               protection, see `admission.rs` — each vnode runs at most vnode_concurrency engine
+//!               calls at once and queues at most vnode_queue more; a request that cannot start
+//!               before its deadline (the client's grpc-timeout, else default_deadline_ms) or finds
+//!               the queue full fails at once with UNAVAILABLE and a `retry-after-ms` hint
 //! ```
 
 use std::net::SocketAddr;
@@ -42,6 +47,7 @@ pub struct NodeConfig {
     pub compaction: CompactionSection,
     pub tls: Option<TlsSection>,
     pub membership: MembershipSection,
+    pub limits: LimitsSection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -118,6 +124,41 @@ pub struct MembershipSection {
     pub members: Vec<String>,
 }
 
+/// Overload protection (see `admission.rs`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Engine calls (and stream pages) running at once on one vnode.
+    pub vnode_concurrency: u32,
+    /// Requests waiting for a slot on one vnode; more are refused at once (UNAVAILABLE).
+    pub vnode_queue: u32,
+    /// Longest a request without a client deadline (`grpc-timeout`) may wait to start.
+    pub default_deadline_ms: u64,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            vnode_concurrency: 4,
+            vnode_queue: 64,
+            default_deadline_ms: 2000,
+        }
+    }
+}
+
+impl LimitsSection {
+    pub fn admission(&self) -> crate::admission::Limits {
+        crate::admission::Limits {
+            concurrency: self.vnode_concurrency,
+            queue: self.vnode_queue,
+        }
+    }
+
+    pub fn default_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.default_deadline_ms)
+    }
+}
+
 impl Default for ClusterSection {
     fn default() -> Self {
         ClusterSection {
@@ -172,6 +213,7 @@ impl Default for NodeConfig {
             compaction: CompactionSection::default(),
             tls: None,
             membership: MembershipSection::default(),
+            limits: LimitsSection::default(),
         }
     }
 }
@@ -214,6 +256,25 @@ impl NodeConfig {
             && !matches!(self.compaction.time_zone.as_str(), "" | "UTC" | "Etc/UTC")
         {
             bail!("compaction.scheduler = \"node\" runs in UTC; set time_zone = \"UTC\" or let the operator schedule");
+        }
+        let l = &self.limits;
+        if l.vnode_concurrency == 0 || l.vnode_concurrency > 1024 {
+            bail!(
+                "limits.vnode_concurrency must be between 1 and 1024, got {}",
+                l.vnode_concurrency
+            );
+        }
+        if l.vnode_queue > 1_000_000 {
+            bail!(
+                "limits.vnode_queue must be at most 1000000, got {}",
+                l.vnode_queue
+            );
+        }
+        if l.default_deadline_ms == 0 || l.default_deadline_ms > 3_600_000 {
+            bail!(
+                "limits.default_deadline_ms must be between 1 and 3600000, got {}",
+                l.default_deadline_ms
+            );
         }
         if let Some(files) = self.tls_files()? {
             crate::tls::load_server_config(&files)?;
@@ -339,6 +400,38 @@ members = [
                 .contains("threshold")
         );
         assert!(bad("bogus = 1\n").contains("unknown field"));
+        assert!(bad("[limits]\nvnode_concurrency = 0\n").contains("vnode_concurrency"));
+        assert!(bad("[limits]\ndefault_deadline_ms = 0\n").contains("default_deadline_ms"));
+        assert!(bad("[limits]\nqueue = 3\n").contains("unknown field"));
+    }
+
+    #[test]
+    fn limits_have_defaults_and_can_be_set() {
+        let c = NodeConfig::load_str(OPERATOR_TOML).unwrap();
+        assert_eq!(
+            (
+                c.limits.vnode_concurrency,
+                c.limits.vnode_queue,
+                c.limits.default_deadline_ms
+            ),
+            (4, 64, 2000)
+        );
+        let c = NodeConfig::load_str(
+            "[limits]\nvnode_concurrency = 1\nvnode_queue = 0\ndefault_deadline_ms = 250\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.limits.admission(),
+            crate::admission::Limits {
+                concurrency: 1,
+                queue: 0
+            }
+        );
+        assert_eq!(
+            c.limits.default_deadline(),
+            std::time::Duration::from_millis(250)
+        );
     }
 
     /// The `[tls]` section the operator appends when `spec.tls.enabled` (configmap.go), with the

@@ -1,14 +1,19 @@
-//! The `KV` gRPC service: thin handlers that run engine calls on the blocking pool.
+//! The `KV` gRPC service: thin handlers that run engine calls on the blocking pool, each after
+//! its vnode admitted it (`admission.rs`: bounded concurrency and queue, fail fast with
+//! UNAVAILABLE). Streams produce their pages one engine call at a time from an async task, so a
+//! slow reader holds no blocking thread and no vnode slot.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use levee_proto::v1 as pb;
-use levee_store::{IndexChange, IndexQuery, Term};
+use levee_store::{IndexChange, IndexQuery, Store, Term};
 use tokio_stream::Stream;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use crate::admission::{self, Admission, Rejection};
 use crate::errors::{label, to_status};
 use crate::metrics::Metrics;
 use crate::vnodes::Vnodes;
@@ -16,6 +21,10 @@ use crate::vnodes::Vnodes;
 pub struct KvService {
     pub vnodes: Arc<Vnodes>,
     pub metrics: Arc<Metrics>,
+    /// Per-vnode bounded admission of engine calls (overload protection).
+    pub admission: Arc<Admission>,
+    /// How long a request without a client deadline may wait to start.
+    pub default_deadline: Duration,
 }
 
 pub fn term_from(t: Option<pb::Term>, what: &str) -> Result<Term, Status> {
@@ -50,57 +59,168 @@ pub(crate) fn changes_from(list: Vec<pb::IndexChange>) -> Result<Vec<IndexChange
         .collect()
 }
 
+/// The client's deadline, from its `grpc-timeout` header.
+fn client_timeout(meta: &MetadataMap) -> Option<Duration> {
+    meta.get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(admission::parse_grpc_timeout)
+}
+
+/// When each engine call of a request (each page of a stream) must start by.
+#[derive(Clone, Copy)]
+struct Deadlines {
+    /// The client's, less a margin (`admission::start_deadline`); the same for every page.
+    client: Option<Instant>,
+    default: Duration,
+}
+
+impl Deadlines {
+    fn next(&self) -> Instant {
+        self.client.unwrap_or_else(|| Instant::now() + self.default)
+    }
+}
+
+/// Runs engine calls of one request (or stream) on the blocking pool, each holding a slot of its
+/// vnode for exactly as long as it runs.
+#[derive(Clone)]
+struct Engine {
+    vnodes: Arc<Vnodes>,
+    admission: Arc<Admission>,
+    deadlines: Deadlines,
+}
+
+/// Why an engine call did not return a value.
+enum CallError {
+    Overloaded(Rejection),
+    Engine(levee_store::Error),
+    Panicked(String),
+}
+
+impl CallError {
+    fn label(&self) -> &'static str {
+        match self {
+            CallError::Overloaded(_) => "overloaded",
+            CallError::Engine(_) | CallError::Panicked(_) => "error",
+        }
+    }
+
+    fn into_status(self) -> Status {
+        match self {
+            CallError::Overloaded(r) => r.to_status(),
+            CallError::Engine(e) => to_status(e),
+            CallError::Panicked(e) => Status::internal(format!("handler failed: {e}")),
+        }
+    }
+}
+
+impl Engine {
+    /// Wait for a slot on `vnode` (bounded, see `admission`), then run `f` on its store on the
+    /// blocking pool. The slot is given back when `f` has returned.
+    async fn call<T: Send + 'static>(
+        &self,
+        vnode: usize,
+        f: impl FnOnce(&Arc<Store>) -> Result<T, levee_store::Error> + Send + 'static,
+    ) -> Result<T, CallError> {
+        let permit = self
+            .admission
+            .acquire(vnode, self.deadlines.next())
+            .await
+            .map_err(CallError::Overloaded)?;
+        let store = self.vnodes.stores[vnode].clone();
+        // The permit travels with the call's output, so the slot is freed only once the call has
+        // finished — by this task, after the blocking thread went back to the pool (the next
+        // call then reuses that thread instead of making the pool start another), or by the
+        // pool when this request was cancelled meanwhile (the output is dropped there).
+        let (res, permit) = tokio::task::spawn_blocking(move || (f(&store), permit))
+            .await
+            .map_err(|e| CallError::Panicked(e.to_string()))?;
+        drop(permit);
+        res.map_err(CallError::Engine)
+    }
+}
+
 impl KvService {
-    /// Run `f` on the blocking pool, recording the request's metrics.
+    fn engine(&self, meta: &MetadataMap) -> Engine {
+        let client = client_timeout(meta)
+            .map(|t| admission::start_deadline(Instant::now(), Some(t), self.default_deadline));
+        Engine {
+            vnodes: self.vnodes.clone(),
+            admission: self.admission.clone(),
+            deadlines: Deadlines {
+                client,
+                default: self.default_deadline,
+            },
+        }
+    }
+
+    /// Run `f` on `vnode`'s store, recording the request's metrics.
     async fn run<T: Send + 'static>(
         &self,
         op: &'static str,
-        f: impl FnOnce(&Vnodes) -> Result<Option<T>, levee_store::Error> + Send + 'static,
+        meta: &MetadataMap,
+        vnode: usize,
+        f: impl FnOnce(&Store) -> Result<Option<T>, levee_store::Error> + Send + 'static,
     ) -> Result<T, Status> {
-        let vnodes = self.vnodes.clone();
         let start = Instant::now();
-        let res = tokio::task::spawn_blocking(move || f(&vnodes))
-            .await
-            .map_err(|e| Status::internal(format!("handler failed: {e}")))?;
-        self.metrics
-            .duration
-            .with_label_values(&[op])
-            .observe(start.elapsed().as_secs_f64());
+        let res = self.engine(meta).call(vnode, move |s| f(s)).await;
         let result = match &res {
             Ok(Some(_)) => "ok",
             Ok(None) => "not_found",
-            Err(e) => label(e),
+            Err(e) => {
+                if let CallError::Engine(e) = e {
+                    log::debug!("{op} on vnode {vnode} failed: {}", label(e));
+                }
+                e.label()
+            }
         };
-        self.metrics
-            .requests
-            .with_label_values(&[
-                op,
-                if result == "ok" || result == "not_found" {
-                    result
-                } else {
-                    "error"
-                },
-            ])
-            .inc();
+        // Refusals are counted, not timed: the histogram is the latency of admitted requests.
+        if result != "overloaded" {
+            self.metrics
+                .duration
+                .with_label_values(&[op])
+                .observe(start.elapsed().as_secs_f64());
+        }
+        self.metrics.requests.with_label_values(&[op, result]).inc();
         match res {
             Ok(Some(v)) => Ok(v),
             Ok(None) => Err(Status::not_found("no object under that bucket and key")),
-            Err(e) => Err(to_status(e)),
+            Err(e) => Err(e.into_status()),
         }
+    }
+
+    /// Count a finished stream.
+    fn stream_done(metrics: &Metrics, op: &str, started: Instant, result: &str) {
+        if result != "overloaded" {
+            metrics
+                .duration
+                .with_label_values(&[op])
+                .observe(started.elapsed().as_secs_f64());
+        }
+        metrics.requests.with_label_values(&[op, result]).inc();
     }
 }
 
 type PageStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
+/// Pages a stream may have produced ahead of a client that has not read them yet. The producer
+/// is an async task: while the channel is full it waits without a blocking thread or a slot.
+const PAGES_AHEAD: usize = 2;
+
+/// A vnode's key fold, kept between the pages of a ListKeys stream.
+type KeyFold = (
+    levee_store::Snapshot,
+    Box<dyn Iterator<Item = Result<Vec<u8>, levee_store::Error>> + Send>,
+);
+
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        let r = req.into_inner();
+        let (meta, _, r) = req.into_parts();
         let changes = changes_from(r.index_changes)?;
+        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
         let sqn = self
-            .run("put", move |v| {
-                v.store_for(&r.bucket, &r.key)
-                    .put(&r.bucket, &r.key, &r.value, &r.metadata, &changes)
+            .run("put", &meta, vnode, move |s| {
+                s.put(&r.bucket, &r.key, &r.value, &r.metadata, &changes)
                     .map(Some)
             })
             .await?;
@@ -108,11 +228,10 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        let r = req.into_inner();
+        let (meta, _, r) = req.into_parts();
+        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
         let o = self
-            .run("get", move |v| {
-                v.store_for(&r.bucket, &r.key).get(&r.bucket, &r.key)
-            })
+            .run("get", &meta, vnode, move |s| s.get(&r.bucket, &r.key))
             .await?;
         Ok(Response::new(pb::GetResponse {
             sqn: o.sqn,
@@ -125,11 +244,10 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::HeadRequest>,
     ) -> Result<Response<pb::HeadResponse>, Status> {
-        let r = req.into_inner();
+        let (meta, _, r) = req.into_parts();
+        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
         let h = self
-            .run("head", move |v| {
-                v.store_for(&r.bucket, &r.key).head(&r.bucket, &r.key)
-            })
+            .run("head", &meta, vnode, move |s| s.head(&r.bucket, &r.key))
             .await?;
         Ok(Response::new(pb::HeadResponse {
             sqn: h.sqn,
@@ -143,13 +261,12 @@ impl pb::kv_server::Kv for KvService {
         &self,
         req: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
-        let r = req.into_inner();
+        let (meta, _, r) = req.into_parts();
         let changes = changes_from(r.index_changes)?;
+        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
         let sqn = self
-            .run("delete", move |v| {
-                v.store_for(&r.bucket, &r.key)
-                    .delete(&r.bucket, &r.key, &r.metadata, &changes)
-                    .map(Some)
+            .run("delete", &meta, vnode, move |s| {
+                s.delete(&r.bucket, &r.key, &r.metadata, &changes).map(Some)
             })
             .await?;
         Ok(Response::new(pb::DeleteResponse { sqn }))
@@ -158,12 +275,13 @@ impl pb::kv_server::Kv for KvService {
     type IndexQueryStream = PageStream<pb::IndexQueryResponse>;
 
     /// A coverage query: every vnode is asked for its next page from one global (term, key)
-    /// position; the pages are merged in (term, key) order.
+    /// position; the pages are merged in (term, key) order. Each vnode's page is one engine call
+    /// (one slot, one blocking-pool task); between pages nothing is held.
     async fn index_query(
         &self,
         req: Request<pb::IndexQueryRequest>,
     ) -> Result<Response<Self::IndexQueryStream>, Status> {
-        let r = req.into_inner();
+        let (meta, _, r) = req.into_parts();
         let start = term_from(r.start, "start")?;
         let end = term_from(r.end, "end")?;
         let page_size = if r.page_size == 0 {
@@ -193,35 +311,36 @@ impl pb::kv_server::Kv for KvService {
             max_results: Some(page_size),
             continuation: None,
         };
+        let engine = self.engine(&meta);
+        let metrics = self.metrics.clone();
+        let started = Instant::now();
         // Validate once up front so a bad query fails the call instead of the stream.
         {
             let q = IndexQuery {
                 max_results: Some(1),
                 ..base.clone()
             };
-            let vnodes = self.vnodes.clone();
-            tokio::task::spawn_blocking(move || vnodes.stores[0].index_query(&q))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(to_status)?;
+            if let Err(e) = engine.call(0, move |s| s.index_query(&q)).await {
+                if let CallError::Overloaded(_) = e {
+                    Self::stream_done(&metrics, "index_query", started, "overloaded");
+                }
+                return Err(e.into_status());
+            }
         }
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let vnodes = self.vnodes.clone();
-        let metrics = self.metrics.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
         let return_terms = r.return_terms;
-        tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
+        let vnodes = engine.vnodes.stores.len();
+        tokio::spawn(async move {
             let mut sent = 0usize;
-            let outcome = loop {
+            let outcome = 'pages: loop {
                 let mut merged: Vec<(Term, Vec<u8>)> = Vec::new();
                 let mut more = false;
-                let mut failed = None;
-                for store in &vnodes.stores {
+                for vnode in 0..vnodes {
                     let mut q = base.clone();
                     q.continuation = after
                         .as_ref()
                         .map(|(t, k)| levee_store::index_continuation(&q.bucket, &q.field, t, k));
-                    match store.index_query(&q) {
+                    match engine.call(vnode, move |s| s.index_query(&q)).await {
                         Ok(page) => {
                             more |= page.continuation.is_some();
                             merged.extend(
@@ -231,14 +350,11 @@ impl pb::kv_server::Kv for KvService {
                             );
                         }
                         Err(e) => {
-                            failed = Some(e);
-                            break;
+                            let label = e.label();
+                            let _ = tx.send(Err(e.into_status())).await;
+                            break 'pages label;
                         }
                     }
-                }
-                if let Some(e) = failed {
-                    let _ = tx.blocking_send(Err(to_status(e)));
-                    break "error";
                 }
                 merged.sort();
                 let want = page_size.min(limit - sent);
@@ -262,27 +378,22 @@ impl pb::kv_server::Kv for KvService {
                         key: k,
                     })
                     .collect();
+                // Waits here, on no thread, while the client is slow to read.
                 if tx
-                    .blocking_send(Ok(pb::IndexQueryResponse {
+                    .send(Ok(pb::IndexQueryResponse {
                         results,
                         continuation,
                     }))
+                    .await
                     .is_err()
                 {
-                    break "cancelled";
+                    break "error"; // the client went away
                 }
                 if last_page {
                     break "ok";
                 }
             };
-            metrics
-                .duration
-                .with_label_values(&["index_query"])
-                .observe(started.elapsed().as_secs_f64());
-            metrics
-                .requests
-                .with_label_values(&["index_query", if outcome == "ok" { "ok" } else { "error" }])
-                .inc();
+            Self::stream_done(&metrics, "index_query", started, outcome);
         });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
@@ -291,11 +402,15 @@ impl pb::kv_server::Kv for KvService {
 
     type ListKeysStream = PageStream<pb::ListKeysResponse>;
 
+    /// Every key of a bucket, vnode after vnode, in pages. Each vnode's keys come from one fold
+    /// snapshot; each page is one engine call (one slot, one blocking-pool task) that advances
+    /// the fold by `page_size` keys. Between pages — in particular while a slow client has not
+    /// read the last ones — the stream holds neither a blocking thread nor a slot.
     async fn list_keys(
         &self,
         req: Request<pb::ListKeysRequest>,
     ) -> Result<Response<Self::ListKeysStream>, Status> {
-        let r = req.into_inner();
+        let (meta, _, r) = req.into_parts();
         if r.bucket.is_empty() || r.bucket.contains(&0) {
             return Err(Status::invalid_argument(
                 "bucket must be 1-255 bytes without 0x00",
@@ -306,65 +421,59 @@ impl pb::kv_server::Kv for KvService {
         } else {
             r.page_size as usize
         };
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let vnodes = self.vnodes.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
+        let engine = self.engine(&meta);
         let metrics = self.metrics.clone();
-        tokio::task::spawn_blocking(move || {
+        let bucket = Arc::new(r.bucket);
+        tokio::spawn(async move {
             let started = Instant::now();
-            let mut ok = true;
-            'stores: for store in &vnodes.stores {
-                let snap = match store.snapshot(levee_store::SnapshotKind::Fold) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(to_status(e)));
-                        ok = false;
-                        break;
-                    }
-                };
-                let keys = match snap.fold_keys(&r.bucket, None, None) {
-                    Ok(k) => k,
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(to_status(e)));
-                        ok = false;
-                        break;
-                    }
-                };
-                let mut page = Vec::with_capacity(page_size);
-                for k in keys {
-                    match k {
-                        Ok(k) => page.push(k),
+            let vnodes = engine.vnodes.stores.len();
+            let mut outcome = "ok";
+            'vnodes: for vnode in 0..vnodes {
+                let mut fold: Option<KeyFold> = None;
+                loop {
+                    let bucket = bucket.clone();
+                    let page = engine
+                        .call(vnode, move |s| {
+                            let (snap, mut keys) = match fold {
+                                Some(f) => f,
+                                None => {
+                                    let snap = s.snapshot(levee_store::SnapshotKind::Fold)?;
+                                    let keys = Box::new(snap.fold_keys(&bucket, None, None)?);
+                                    (snap, keys as _)
+                                }
+                            };
+                            let mut page = Vec::with_capacity(page_size);
+                            while page.len() < page_size {
+                                match keys.next() {
+                                    Some(k) => page.push(k?),
+                                    None => return Ok((page, None)),
+                                }
+                            }
+                            Ok((page, Some((snap, keys))))
+                        })
+                        .await;
+                    let (keys, rest) = match page {
+                        Ok(p) => p,
                         Err(e) => {
-                            let _ = tx.blocking_send(Err(to_status(e)));
-                            ok = false;
-                            break 'stores;
+                            outcome = e.label();
+                            let _ = tx.send(Err(e.into_status())).await;
+                            break 'vnodes;
                         }
-                    }
-                    if page.len() == page_size
-                        && tx
-                            .blocking_send(Ok(pb::ListKeysResponse {
-                                keys: std::mem::take(&mut page),
-                            }))
-                            .is_err()
+                    };
+                    // Waits here, on no thread and with no slot, while the client is slow.
+                    if !keys.is_empty() && tx.send(Ok(pb::ListKeysResponse { keys })).await.is_err()
                     {
-                        break 'stores;
+                        outcome = "error"; // the client went away
+                        break 'vnodes;
                     }
-                }
-                if !page.is_empty()
-                    && tx
-                        .blocking_send(Ok(pb::ListKeysResponse { keys: page }))
-                        .is_err()
-                {
-                    break;
+                    match rest {
+                        Some(f) => fold = Some(f),
+                        None => break,
+                    }
                 }
             }
-            metrics
-                .duration
-                .with_label_values(&["list_keys"])
-                .observe(started.elapsed().as_secs_f64());
-            metrics
-                .requests
-                .with_label_values(&["list_keys", if ok { "ok" } else { "error" }])
-                .inc();
+            Self::stream_done(&metrics, "list_keys", started, outcome);
         });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),

@@ -4,6 +4,7 @@
 #![allow(clippy::result_large_err)]
 
 mod admin;
+mod admission;
 mod cli;
 mod config;
 mod errors;

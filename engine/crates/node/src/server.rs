@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::AdminService;
+use crate::admission::Admission;
 use crate::config::NodeConfig;
 use crate::kv::KvService;
 use crate::metrics::{serve_http, Metrics};
@@ -77,7 +78,15 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     let kv = KvService {
         vnodes: vnodes.clone(),
         metrics: metrics.clone(),
+        admission: Admission::new(vnodes.stores.len(), cfg.limits.admission()),
+        default_deadline: cfg.limits.default_deadline(),
     };
+    log::info!(
+        "admission per vnode: {} running, {} queued, default deadline {} ms",
+        cfg.limits.vnode_concurrency,
+        cfg.limits.vnode_queue,
+        cfg.limits.default_deadline_ms
+    );
     let admin = AdminService {
         vnodes: vnodes.clone(),
         node_name: cfg.node_name.clone(),

@@ -97,8 +97,9 @@ impl Vnodes {
         })
     }
 
-    pub fn store_for(&self, bucket: &[u8], key: &[u8]) -> &Arc<Store> {
-        &self.stores[partition_of(bucket, key, self.ring_size) as usize]
+    /// The vnode (index into `stores`) of a (bucket, key).
+    pub fn vnode_of(&self, bucket: &[u8], key: &[u8]) -> usize {
+        partition_of(bucket, key, self.ring_size) as usize
     }
 
     /// Flush and close every store.

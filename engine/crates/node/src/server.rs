@@ -116,7 +116,11 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         )
-        .add_service(pb::admin_server::AdminServer::new(admin));
+        .add_service(
+            pb::admin_server::AdminServer::new(admin)
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        );
     let keepalive = Duration::from_secs(60);
     let grpc_task = match &tls {
         Some(tls) => {
@@ -155,6 +159,14 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         cfg.shutdown_timeout_secs
     );
     ready.store(false, Ordering::Release);
+    // gRPC health says so too (as /readyz does): clients and load balancers watching it stop
+    // sending new requests while the in-flight ones drain.
+    health_reporter
+        .set_not_serving::<pb::kv_server::KvServer<KvService>>()
+        .await;
+    health_reporter
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
     let _ = stop_tx.send(true);
     let drain = async {
         let _ = grpc_task.await;

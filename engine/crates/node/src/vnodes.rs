@@ -64,29 +64,41 @@ impl Vnodes {
             .map(|n| n.get())
             .unwrap_or(2)
             .min(8);
-        let parts: Vec<u32> = (0..cfg.cluster.ring_size).collect();
-        let mut opened: Vec<(u32, Arc<Store>)> = Vec::new();
-        for chunk in parts.chunks(parts.len().div_ceil(threads)) {
-            let res: Vec<Result<(u32, Arc<Store>)>> = std::thread::scope(|s| {
-                let hs: Vec<_> = chunk
-                    .iter()
-                    .map(|&p| {
-                        let dir = cfg.data_dir.join(format!("p{p:04}"));
-                        let c = store_cfg.clone();
-                        s.spawn(move || {
-                            Store::open(&dir, c)
-                                .map(|st| (p, Arc::new(st)))
-                                .with_context(|| format!("opening vnode {p} in {}", dir.display()))
-                        })
+        // `threads` workers take the next partition until none is left: at most `threads` stores
+        // open at once, whatever the ring size.
+        let next = std::sync::atomic::AtomicU32::new(0);
+        let ring_size = cfg.cluster.ring_size;
+        type Opened = Result<(u32, Arc<Store>)>;
+        let results: Vec<Vec<Opened>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads.min(ring_size as usize))
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut out = Vec::new();
+                        loop {
+                            let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if p >= ring_size {
+                                return out;
+                            }
+                            let dir = cfg.data_dir.join(format!("p{p:04}"));
+                            out.push(
+                                Store::open(&dir, store_cfg.clone())
+                                    .map(|st| (p, Arc::new(st)))
+                                    .with_context(|| {
+                                        format!("opening vnode {p} in {}", dir.display())
+                                    }),
+                            );
+                        }
                     })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| h.join().expect("vnode open panicked"))
-                    .collect()
-            });
-            for r in res {
-                opened.push(r?);
-            }
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|h| h.join().expect("vnode open panicked"))
+                .collect()
+        });
+        let mut opened: Vec<(u32, Arc<Store>)> = Vec::new();
+        for r in results.into_iter().flatten() {
+            opened.push(r?);
         }
         opened.sort_by_key(|(p, _)| *p);
         Ok(Vnodes {

@@ -538,3 +538,41 @@ async fn sigterm_drains_in_flight_requests_and_exits_cleanly() {
         "reopen logged problems: {log}"
     );
 }
+
+/// On SIGTERM gRPC health turns NOT_SERVING (as /readyz does) before the node drains, so a client
+/// watching it stops sending. The watch stream is the client's: the node exits once its drain
+/// timeout passes even though the stream stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_turns_not_serving_on_sigterm() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), &["--shutdown-timeout-secs", "3"]);
+    let channel = tonic::transport::Endpoint::from_shared(node.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "levee.v1.KV".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    node.signal(SIGTERM);
+    let next = tokio::time::timeout(Duration::from_secs(2), watch.message())
+        .await
+        .expect("no health update within 2 s of SIGTERM")
+        .unwrap()
+        .expect("the watch ended without a status");
+    assert_eq!(next.status, ServingStatus::NotServing as i32);
+    let status = tokio::task::spawn_blocking(move || node.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit status {status:?}");
+}

@@ -31,6 +31,7 @@ pub mod membership;
 pub mod object;
 pub mod quorum;
 pub mod ring;
+mod wire;
 
 pub use causality::{
     decode_context, decode_siblings, encode_context, encode_siblings, tombstone_reapable, update,

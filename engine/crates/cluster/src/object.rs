@@ -19,6 +19,7 @@
 //! write that supersedes what the replica had — costs a HEAD, not a GET.
 
 use crate::causality::{ConflictPolicy, SiblingKind, SiblingMeta, SiblingSet};
+use crate::wire::{self, put_varint};
 
 const TAG: u8 = b'V';
 const VERSION: u8 = 1;
@@ -179,30 +180,11 @@ pub fn merge(
     Object::new(merged, contents)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 fn get_varint(r: &mut &[u8]) -> Result<u64, ObjectError> {
-    let mut v = 0u64;
-    for i in 0..10 {
-        let Some((&b, rest)) = r.split_first() else {
-            return Err(ObjectError::Malformed("truncated varint".into()));
-        };
-        *r = rest;
-        if i == 9 && b > 1 {
-            return Err(ObjectError::Malformed("varint overflows 64 bits".into()));
-        }
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(v);
-        }
-    }
-    Err(ObjectError::Malformed("varint longer than 10 bytes".into()))
+    let (v, next) =
+        wire::get_varint(r, 0).map_err(|e| ObjectError::Malformed(format!("bad varint: {e:?}")))?;
+    *r = &r[next..];
+    Ok(v)
 }
 
 fn take(r: &mut &[u8]) -> Result<Vec<u8>, ObjectError> {

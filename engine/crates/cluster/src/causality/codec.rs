@@ -63,17 +63,7 @@ pub enum DecodeError {
     TrailingBytes { at: usize, count: usize },
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let byte = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
-}
+use crate::wire::{get_varint, put_varint, VarintError};
 
 fn put_clock(out: &mut Vec<u8>, clock: &Clock) {
     let vv: Vec<(Actor, u64)> = clock.vector().collect();
@@ -152,23 +142,13 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self, what: &'static str) -> Result<u64, DecodeError> {
-        let start = self.pos;
-        let mut v: u64 = 0;
-        for i in 0..10u32 {
-            let b = self.u8(what)?;
-            let bits = u64::from(b & 0x7f);
-            if i == 9 && bits > 1 {
-                return Err(DecodeError::VarintOverflow { at: start });
-            }
-            v |= bits << (7 * i);
-            if b & 0x80 == 0 {
-                if b == 0 && i > 0 {
-                    return Err(DecodeError::VarintNotShortest { at: start });
-                }
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::VarintOverflow { at: start })
+        let (v, next) = get_varint(self.bytes, self.pos).map_err(|e| match e {
+            VarintError::Truncated { at } => DecodeError::Truncated { at, what },
+            VarintError::Overflow { at } => DecodeError::VarintOverflow { at },
+            VarintError::NotShortest { at } => DecodeError::VarintNotShortest { at },
+        })?;
+        self.pos = next;
+        Ok(v)
     }
 
     /// A count of items each at least `min_size` bytes long: refused if the input cannot hold

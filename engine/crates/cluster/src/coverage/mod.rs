@@ -5,8 +5,8 @@
 pub mod merge;
 pub mod plan;
 pub mod token;
-pub(crate) mod wire;
 
+pub use crate::wire::FormatError;
 pub use merge::{merge_sorted, IndexEntry, Merge, MergeError, MergeStep, MergedPage};
 pub use plan::{
     coverage_plan, CoverageError, CoveragePlan, CoverageVnode, FallbackVnode, KeyFilter,
@@ -15,4 +15,3 @@ pub use token::{
     query_hash, Continuation, ContinuationError, MAX_TOKEN_KEY_BYTES, MAX_TOKEN_TERM_BYTES,
     TOKEN_VERSION,
 };
-pub use wire::FormatError;

@@ -14,7 +14,7 @@
 //! member list.
 
 use super::merge::IndexEntry;
-use super::wire::{open, put_bytes, seal, FormatError};
+use crate::wire::{open, put_bytes, seal, FormatError};
 
 /// Format version of tokens; a change of layout needs a new one.
 pub const TOKEN_VERSION: u8 = 1;

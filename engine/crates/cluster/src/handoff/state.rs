@@ -22,8 +22,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::coverage::wire::{open, put_bytes, put_varint, seal, FormatError};
 use crate::ring::Partition;
+use crate::wire::{open, put_bytes, put_varint, seal, FormatError};
 
 /// Format version of the persisted state.
 pub const HANDOFF_STATE_VERSION: u8 = 1;

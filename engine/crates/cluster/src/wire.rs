@@ -1,6 +1,7 @@
-//! The small binary toolkit shared by the continuation token and the handoff state: unsigned
-//! LEB128 varints (shortest form only), little-endian integers, length-prefixed byte strings with
-//! a maximum, and a CRC-32C trailer over everything before it.
+//! The small binary toolkit of levee-cluster's formats: unsigned LEB128 varints (shortest form
+//! only: `put_varint`, `get_varint`, used by the causality codec and replica objects too),
+//! little-endian integers, length-prefixed byte strings with a maximum, and a CRC-32C trailer over
+//! everything before it (the continuation token and the handoff state).
 
 /// Why bytes are not a valid token or handoff state. Offsets count from the first byte.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +41,36 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
         }
         out.push(byte | 0x80);
     }
+}
+
+/// Why bytes at a position are not a varint; `at` is the varint's first byte, except for
+/// `Truncated`, where it is the byte that is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VarintError {
+    Truncated { at: usize },
+    Overflow { at: usize },
+    NotShortest { at: usize },
+}
+
+/// The varint at `bytes[pos..]` (shortest form, at most 64 bits) and the position after it.
+pub(crate) fn get_varint(bytes: &[u8], pos: usize) -> Result<(u64, usize), VarintError> {
+    let mut v: u64 = 0;
+    for i in 0..10usize {
+        let at = pos + i;
+        let b = *bytes.get(at).ok_or(VarintError::Truncated { at })?;
+        let bits = u64::from(b & 0x7f);
+        if i == 9 && bits > 1 {
+            return Err(VarintError::Overflow { at: pos });
+        }
+        v |= bits << (7 * i);
+        if b & 0x80 == 0 {
+            if b == 0 && i > 0 {
+                return Err(VarintError::NotShortest { at: pos });
+            }
+            return Ok((v, at + 1));
+        }
+    }
+    Err(VarintError::Overflow { at: pos })
 }
 
 pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -125,23 +156,13 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn varint(&mut self, what: &'static str) -> Result<u64, FormatError> {
-        let start = self.pos;
-        let mut v: u64 = 0;
-        for i in 0..10u32 {
-            let b = self.u8(what)?;
-            let bits = u64::from(b & 0x7f);
-            if i == 9 && bits > 1 {
-                return Err(FormatError::VarintOverflow { at: start });
-            }
-            v |= bits << (7 * i);
-            if b & 0x80 == 0 {
-                if b == 0 && i > 0 {
-                    return Err(FormatError::VarintNotShortest { at: start });
-                }
-                return Ok(v);
-            }
-        }
-        Err(FormatError::VarintOverflow { at: start })
+        let (v, next) = get_varint(self.bytes, self.pos).map_err(|e| match e {
+            VarintError::Truncated { at } => FormatError::Truncated { at, what },
+            VarintError::Overflow { at } => FormatError::VarintOverflow { at },
+            VarintError::NotShortest { at } => FormatError::VarintNotShortest { at },
+        })?;
+        self.pos = next;
+        Ok(v)
     }
 
     /// A length-prefixed byte string of at most `max` bytes; the length is checked against the

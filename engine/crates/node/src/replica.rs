@@ -104,27 +104,38 @@ impl Replicas {
         index_changes: &[IndexChange],
     ) -> Result<Object, Status> {
         let _key = self.lock(partition, bucket, key).lock();
-        self.merge_locked(partition, bucket, key, incoming, policy, index_changes)
+        let local_set = self.head(partition, bucket, key)?;
+        self.merge_locked(
+            partition,
+            bucket,
+            key,
+            &local_set,
+            incoming,
+            policy,
+            index_changes,
+        )
     }
 
+    /// The merge, with the key's lock held and the replica's sibling set already read.
+    #[allow(clippy::too_many_arguments)]
     fn merge_locked(
         &self,
         partition: u32,
         bucket: &[u8],
         key: &[u8],
+        local_set: &SiblingSet,
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
     ) -> Result<Object, Status> {
-        let local_set = self.head(partition, bucket, key)?;
-        let local = if merge_needs_local_contents(&local_set, &incoming.siblings, policy) {
+        let local = if merge_needs_local_contents(local_set, &incoming.siblings, policy) {
             Some(self.get(partition, bucket, key)?)
         } else {
             None
         };
-        let merged = object::merge(&local_set, local.as_ref(), incoming, policy)
+        let merged = object::merge(local_set, local.as_ref(), incoming, policy)
             .map_err(|e| Status::internal(format!("merging a replica: {e}")))?;
-        if merged.siblings == local_set && index_changes.is_empty() {
+        if merged.siblings == *local_set && index_changes.is_empty() {
             return Ok(merged);
         }
         let store = self.store(partition)?;
@@ -154,7 +165,8 @@ impl Replicas {
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
     ) -> Result<Object, Status> {
-        let actor = self.actors[self.store_index(partition)?];
+        self.store(partition)?; // checks the partition
+        let actor = self.actors[partition as usize];
         let _key = self.lock(partition, bucket, key).lock();
         let local_set = self.head(partition, bucket, key)?;
         let clock = update(context, &local_set, actor)
@@ -165,12 +177,15 @@ impl Replicas {
         };
         let new = Object::single(SiblingSet::single(clock, meta), content)
             .map_err(|e| Status::internal(e.to_string()))?;
-        self.merge_locked(partition, bucket, key, &new, policy, index_changes)
-    }
-
-    fn store_index(&self, partition: u32) -> Result<usize, Status> {
-        self.store(partition)?;
-        Ok(partition as usize)
+        self.merge_locked(
+            partition,
+            bucket,
+            key,
+            &local_set,
+            &new,
+            policy,
+            index_changes,
+        )
     }
 }
 
@@ -229,6 +244,13 @@ fn object_of(siblings: &[u8], contents: &[u8]) -> Result<Object, Status> {
     Object::new(set, contents).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
+fn reply_head(set: &SiblingSet) -> pb::HeadReplicaResponse {
+    pb::HeadReplicaResponse {
+        found: !set.is_empty(),
+        siblings: encode_siblings(set),
+    }
+}
+
 fn reply_object(o: &Object) -> pb::ReplicaObject {
     pb::ReplicaObject {
         found: !o.siblings.is_empty(),
@@ -263,10 +285,7 @@ impl pb::node_server::Node for NodeService {
         let k = req.into_inner();
         let r = self.replicas.clone();
         let set = blocking(move || r.head(k.partition, &k.bucket, &k.key)).await?;
-        Ok(Response::new(pb::HeadReplicaResponse {
-            found: !set.is_empty(),
-            siblings: encode_siblings(&set),
-        }))
+        Ok(Response::new(reply_head(&set)))
     }
 
     async fn get_replica(
@@ -327,9 +346,6 @@ impl pb::node_server::Node for NodeService {
         let o =
             blocking(move || r.merge(k.partition, &k.bucket, &k.key, &incoming, policy, &changes))
                 .await?;
-        Ok(Response::new(pb::HeadReplicaResponse {
-            found: !o.siblings.is_empty(),
-            siblings: encode_siblings(&o.siblings),
-        }))
+        Ok(Response::new(reply_head(&o.siblings)))
     }
 }

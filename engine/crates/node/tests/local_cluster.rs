@@ -3,44 +3,13 @@
 //! file, a member killed with SIGKILL comes back with the same claim, a new address reaches every
 //! node while they run, and a join is refused by every node alike.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::cluster::{run, Down};
 use std::time::{Duration, Instant};
 
 use levee_proto::v1 as pb;
 use pb::admin_client::AdminClient;
-
-fn harness() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../hack/local-cluster.sh")
-}
-
-/// Runs the harness; its stdout lines for `up`/`start`.
-fn run(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(harness())
-        .args(args)
-        .env("LEVEE_BIN", env!("CARGO_BIN_EXE_levee"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "local-cluster.sh {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Stops the cluster however the test ends.
-struct Down(PathBuf);
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(harness())
-            .args(["down", self.0.to_str().unwrap()])
-            .status();
-    }
-}
 
 async fn members(addr: &str) -> pb::MembersResponse {
     AdminClient::connect(format!("http://{addr}"))

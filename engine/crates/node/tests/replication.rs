@@ -3,45 +3,15 @@
 //! siblings (or resolved by last-write-wins), a write with the read context superseding them, a
 //! delete as a tombstone, bad objects refused, and a vnode's actor kept across a SIGKILL.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
+use common::cluster::{run, Down};
 use levee_cluster::causality::{decode_siblings, encode_context, Clock, SiblingSet};
 use levee_cluster::object::decode_contents;
 use levee_proto::v1 as pb;
 use pb::node_client::NodeClient;
 use tonic::transport::Channel;
 use tonic::Code;
-
-fn harness() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../hack/local-cluster.sh")
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(harness())
-        .args(args)
-        .env("LEVEE_BIN", env!("CARGO_BIN_EXE_levee"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "local-cluster.sh {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-struct Down(PathBuf);
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(harness())
-            .args(["down", self.0.to_str().unwrap()])
-            .status();
-    }
-}
 
 const P: u32 = 3;
 

@@ -2,6 +2,8 @@
 //! builders.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod cluster;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -197,6 +198,8 @@ spec:
 			t.Fatalf("summary.csv has no data rows:\n%s", sum)
 		}
 		t.Logf("summary.csv (%d rows), last: %s", len(lines)-1, lines[len(lines)-1])
+		whole, second := throughput(lines[1:])
+		t.Logf("in-cluster load: %.0f ops/s over the run, %.0f ops/s over its second half (steady state)", whole, second)
 	})
 
 	e.step("compaction Job from the operator's CronJob", func() {
@@ -384,4 +387,48 @@ spec:
 		}
 		t.Log(msg)
 	})
+}
+
+// throughput reads basho_bench summary rows (elapsed, window, total, successful, failed) and
+// returns the successful operations per second over the whole run and over its second half.
+// Unparsable rows are skipped: this only informs the log.
+func throughput(rows []string) (whole, secondHalf float64) {
+	type row struct{ end, window, ok float64 }
+	var rs []row
+	for _, l := range rows {
+		f := strings.Split(l, ",")
+		if len(f) < 4 {
+			continue
+		}
+		var r row
+		var err error
+		for i, dst := range []*float64{&r.end, &r.window, nil, &r.ok} {
+			if dst == nil {
+				continue
+			}
+			if *dst, err = strconv.ParseFloat(strings.TrimSpace(f[i]), 64); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return 0, 0
+	}
+	end := rs[len(rs)-1].end
+	var all, late, lateSecs float64
+	for _, r := range rs {
+		all += r.ok
+		if r.end-r.window >= end/2-1e-9 {
+			late += r.ok
+			lateSecs += r.window
+		}
+	}
+	whole = all / end
+	if lateSecs > 0 {
+		secondHalf = late / lateSecs
+	}
+	return whole, secondHalf
 }

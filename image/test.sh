@@ -154,7 +154,10 @@ say "OK: $archive imports and runs"
 
 if [ -n "$op_archive" ]; then
   ctr images import "$op_archive"
-  ctr images ls -q | grep -qx "$op_ref" || fail "$op_ref not listed by ctr images ls"
+  # Listed into a file first: with pipefail, `grep -q` quitting early can SIGPIPE ctr and fail a
+  # pipeline whose image is there.
+  ctr images ls -q > "$tmp/op-images"
+  grep -qx "$op_ref" "$tmp/op-images" || fail "$op_ref not listed by ctr images ls"
   # The image's entrypoint with --help: Go's flag package prints the flags and exits 0.
   help=$(ctr run --rm "$op_ref" "$name-op" /manager --help 2>&1) || fail "/manager --help failed: $help"
   for f in -leader-elect -metrics-bind-address -metrics-secure -health-probe-bind-address; do

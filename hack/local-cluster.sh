@@ -111,6 +111,8 @@ name = "local"
 ring_size = $ring
 n_val = $nval
 members_file = "$dir/members.json"
+[bucket_types.siblings]
+conflict = "siblings"
 [engine]
 sync_on_write = $sync
 aae_segments = 4096

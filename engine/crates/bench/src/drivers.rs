@@ -423,6 +423,7 @@ impl Driver for Grpc {
         Self::found(self.rt.block_on(c.get(pb::GetRequest {
             bucket: BUCKET.to_vec(),
             key: key.to_vec(),
+            ..Default::default()
         })))
     }
     fn head(&self, key: &[u8]) -> Result<bool> {
@@ -430,6 +431,7 @@ impl Driver for Grpc {
         Self::found(self.rt.block_on(c.head(pb::HeadRequest {
             bucket: BUCKET.to_vec(),
             key: key.to_vec(),
+            ..Default::default()
         })))
     }
     fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()> {
@@ -450,6 +452,7 @@ impl Driver for Grpc {
             value: value.to_vec(),
             metadata: vec![],
             index_changes,
+            ..Default::default()
         };
         self.rt
             .block_on(c.put(req))

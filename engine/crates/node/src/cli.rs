@@ -40,6 +40,105 @@ pub struct Conn {
     timeout: f64,
 }
 
+/// Options of a write.
+#[derive(clap::Args)]
+pub struct WriteFlags {
+    /// The context (hex) a GET printed: the write supersedes what that GET returned. Without
+    /// it the write is blind: concurrent with every value the key holds.
+    #[arg(long)]
+    context: Option<String>,
+    /// Bucket type whose defaults apply (node config [bucket_types.<name>]).
+    #[arg(long, default_value = "")]
+    bucket_type: String,
+    /// Replicas that must acknowledge: a number, one, quorum or all (default: the bucket type's).
+    #[arg(long)]
+    w: Option<String>,
+    /// Of those, primaries.
+    #[arg(long)]
+    pw: Option<String>,
+    /// Of those, durable (fsynced).
+    #[arg(long)]
+    dw: Option<String>,
+}
+
+/// Options of a read.
+#[derive(clap::Args)]
+pub struct ReadFlags {
+    #[arg(long, default_value = "")]
+    bucket_type: String,
+    /// Replicas that must answer: a number, one, quorum or all (default: the bucket type's).
+    #[arg(long)]
+    r: Option<String>,
+    /// Of those, primaries.
+    #[arg(long)]
+    pr: Option<String>,
+}
+
+impl WriteFlags {
+    fn context(&self) -> Result<Vec<u8>> {
+        Ok(self
+            .context
+            .as_deref()
+            .map(|c| from_hex(c, "context"))
+            .transpose()?
+            .unwrap_or_default())
+    }
+
+    /// A put carrying these options (the caller fills in the rest).
+    fn request(&self) -> Result<pb::PutRequest> {
+        Ok(pb::PutRequest {
+            context: self.context()?,
+            bucket_type: self.bucket_type.clone(),
+            w: quorum_arg(&self.w, "w")?,
+            pw: quorum_arg(&self.pw, "pw")?,
+            dw: quorum_arg(&self.dw, "dw")?,
+            ..Default::default()
+        })
+    }
+
+    /// A delete carrying these options.
+    fn delete_request(&self) -> Result<pb::DeleteRequest> {
+        let p = self.request()?;
+        Ok(pb::DeleteRequest {
+            context: p.context,
+            bucket_type: p.bucket_type,
+            w: p.w,
+            pw: p.pw,
+            dw: p.dw,
+            ..Default::default()
+        })
+    }
+}
+
+fn quorum_arg(v: &Option<String>, what: &str) -> Result<Option<pb::Quorum>> {
+    use pb::quorum::{Name, Value};
+    let Some(v) = v else { return Ok(None) };
+    let value = match v.as_str() {
+        "one" => Value::Name(Name::One as i32),
+        "quorum" => Value::Name(Name::Quorum as i32),
+        "all" => Value::Name(Name::All as i32),
+        n => Value::Count(n.parse().map_err(|_| {
+            anyhow::anyhow!("--{what} {n:?}: expected a number, one, quorum or all")
+        })?),
+    };
+    Ok(Some(pb::Quorum { value: Some(value) }))
+}
+
+fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn from_hex(s: &str, what: &str) -> Result<Vec<u8>> {
+    let bad = || anyhow::anyhow!("--{what} must be the hex string a GET printed");
+    if !s.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect()
+}
+
 #[derive(Subcommand)]
 pub enum ClientCmd {
     /// Store a value. Index entries: `--index field_int=42` (integer) or `--index field_bin=text`.
@@ -59,26 +158,34 @@ pub enum ClientCmd {
         /// Index entries to remove, same syntax as --index.
         #[arg(long = "remove-index")]
         remove_index: Vec<String>,
+        #[command(flatten)]
+        write: WriteFlags,
     },
-    /// Print a value (raw bytes to stdout, or JSON with --json).
+    /// Print a value (raw bytes to stdout, or JSON with --json: every sibling and the context).
     Get {
         #[command(flatten)]
         conn: Conn,
         bucket: String,
         key: String,
+        #[command(flatten)]
+        read: ReadFlags,
     },
-    /// Print an object's metadata without reading its value.
+    /// Print an object's size, hash and context without reading its value.
     Head {
         #[command(flatten)]
         conn: Conn,
         bucket: String,
         key: String,
+        #[command(flatten)]
+        read: ReadFlags,
     },
     Delete {
         #[command(flatten)]
         conn: Conn,
         bucket: String,
         key: String,
+        #[command(flatten)]
+        write: WriteFlags,
     },
     /// Secondary-index range query; fields ending in `_int` take integer terms.
     Query {
@@ -338,6 +445,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             metadata,
             index,
             remove_index,
+            write,
         } => {
             let value = match (value, value_file) {
                 (Some(v), None) => v.into_bytes(),
@@ -352,6 +460,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                 value,
                 metadata: metadata.into_bytes(),
                 index_changes: index_changes(&index, &remove_index)?,
+                ..write.request()?
             };
             let r = KvClient::new(channel(&conn).await?)
                 .put(req)
@@ -359,62 +468,97 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                 .into_inner();
             print(
                 &conn,
-                json!({"sqn": r.sqn}),
+                json!({"sqn": r.sqn, "context": to_hex(&r.context)}),
                 format!("stored (sqn {})", r.sqn),
             );
         }
-        ClientCmd::Get { conn, bucket, key } => {
+        ClientCmd::Get {
+            conn,
+            bucket,
+            key,
+            read,
+        } => {
             let r = KvClient::new(channel(&conn).await?)
                 .get(pb::GetRequest {
                     bucket: bucket.into_bytes(),
                     key: key.into_bytes(),
+                    bucket_type: read.bucket_type.clone(),
+                    r: quorum_arg(&read.r, "r")?,
+                    pr: quorum_arg(&read.pr, "pr")?,
+                    notfound_ok: None,
+                    basic_quorum: None,
                 })
                 .await?
                 .into_inner();
             if conn.json {
+                let siblings: Vec<_> = r
+                    .siblings
+                    .iter()
+                    .map(|s| json!({"value": String::from_utf8_lossy(&s.value), "metadata": String::from_utf8_lossy(&s.metadata), "timestamp_us": s.timestamp_us}))
+                    .collect();
                 print(
                     &conn,
-                    json!({"sqn": r.sqn, "value": String::from_utf8_lossy(&r.value), "metadata": String::from_utf8_lossy(&r.metadata)}),
+                    json!({"sqn": r.sqn, "value": String::from_utf8_lossy(&r.value), "metadata": String::from_utf8_lossy(&r.metadata), "context": to_hex(&r.context), "siblings": siblings}),
                     String::new(),
                 );
             } else {
                 use std::io::Write;
                 std::io::stdout().write_all(&r.value)?;
                 println!();
+                if r.siblings.len() > 1 {
+                    eprintln!(
+                        "note: {} concurrent values (siblings); this is the latest. `--json` prints them all and the context that resolves them",
+                        r.siblings.len()
+                    );
+                }
             }
         }
-        ClientCmd::Head { conn, bucket, key } => {
+        ClientCmd::Head {
+            conn,
+            bucket,
+            key,
+            read,
+        } => {
             let r = KvClient::new(channel(&conn).await?)
                 .head(pb::HeadRequest {
                     bucket: bucket.into_bytes(),
                     key: key.into_bytes(),
+                    bucket_type: read.bucket_type.clone(),
+                    r: quorum_arg(&read.r, "r")?,
+                    pr: quorum_arg(&read.pr, "pr")?,
+                    notfound_ok: None,
+                    basic_quorum: None,
                 })
                 .await?
                 .into_inner();
             print(
                 &conn,
-                json!({"sqn": r.sqn, "value_size": r.value_size, "value_hash": r.value_hash, "metadata": String::from_utf8_lossy(&r.metadata)}),
+                json!({"sqn": r.sqn, "value_size": r.value_size, "value_hash": r.value_hash, "siblings": r.sibling_count, "timestamp_us": r.timestamp_us, "context": to_hex(&r.context)}),
                 format!(
-                    "sqn {}  size {}  hash {:08x}  metadata {:?}",
-                    r.sqn,
-                    r.value_size,
-                    r.value_hash,
-                    String::from_utf8_lossy(&r.metadata)
+                    "size {}  hash {:08x}  siblings {}  timestamp_us {}",
+                    r.value_size, r.value_hash, r.sibling_count, r.timestamp_us
                 ),
             );
         }
-        ClientCmd::Delete { conn, bucket, key } => {
+        ClientCmd::Delete {
+            conn,
+            bucket,
+            key,
+            write,
+        } => {
             let r = KvClient::new(channel(&conn).await?)
                 .delete(pb::DeleteRequest {
                     bucket: bucket.into_bytes(),
                     key: key.into_bytes(),
-                    ..Default::default()
+                    index_changes: Vec::new(),
+                    metadata: Vec::new(),
+                    ..write.delete_request()?
                 })
                 .await?
                 .into_inner();
             print(
                 &conn,
-                json!({"sqn": r.sqn}),
+                json!({"sqn": r.sqn, "context": to_hex(&r.context)}),
                 format!("deleted (sqn {})", r.sqn),
             );
         }

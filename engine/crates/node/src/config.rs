@@ -6,7 +6,16 @@
 //! node_name = "orders-0"          data_dir = "/var/lib/levee/data"
 //! listen = "0.0.0.0:8087"         metrics_listen = "0.0.0.0:8098"
 //! max_value_bytes = 52428800      max_message_bytes = 67108864      shutdown_timeout_secs = 30
-//! [cluster]     name, ring_size, n_val, members_file
+//! [cluster]     name, ring_size, n_val (default 3 with a member list, 1 for a node alone),
+//!               members_file
+//! [cluster.dial] <member name> = "host:port": reach that member here instead of its listed
+//!               address (a proxy or NAT in between; the fault tests put one on each link)
+//! [bucket_types.<name>]  n_val, r, w, pr, pw, dw, notfound_ok, basic_quorum, conflict
+//!               ("siblings" | "lww"): defaults of requests naming that type ("default" when they
+//!               name none); n_val defaults to cluster.n_val and may not exceed it. The
+//!               "default" type resolves conflicts by last write wins unless it says otherwise
+//!               (as Riak's default bucket type: clients that never pass a context back do not
+//!               pile up siblings); every other type keeps siblings unless it says "lww"
 //! [engine]      sync_on_write (bool), journal_segment_bytes, aae_segments
 //! [compaction]  window_start_hour, window_end_hour, runs_per_day, time_zone, single_file_percent,
 //!               max_run_percent, max_run_length, scheduler ("external" | "node")
@@ -48,6 +57,8 @@ pub struct NodeConfig {
     pub tls: Option<TlsSection>,
     pub membership: MembershipSection,
     pub limits: LimitsSection,
+    /// Request defaults per bucket type, as written (see [`NodeConfig::bucket_types`]).
+    pub bucket_types: std::collections::BTreeMap<String, toml::Table>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -56,12 +67,16 @@ pub struct ClusterSection {
     pub name: String,
     /// Partitions in the ring (power of two).
     pub ring_size: u32,
-    /// Replicas per key (used once clustering lands; recorded now).
-    pub n_val: u32,
+    /// Replicas per key: the claim keeps every `n_val` consecutive partitions on distinct
+    /// members. Unset: 3 when the node has a member list (members_file or [membership]), 1 for
+    /// a node alone. Use [`NodeConfig::n_val`].
+    pub n_val: Option<u32>,
     /// The member list: JSON `{"version", "members": [{"name", "address", "zone"}]}` (see
     /// docs/cluster.md), or one `host:port` / `name=host:port` per line (version 1). Re-read every
     /// second; see `membership.rs` for what a change does.
     pub members_file: Option<PathBuf>,
+    /// Member name → the address this node dials it at, instead of the listed one.
+    pub dial: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -164,8 +179,9 @@ impl Default for ClusterSection {
         ClusterSection {
             name: "levee".into(),
             ring_size: 64,
-            n_val: 3,
+            n_val: None,
             members_file: None,
+            dial: Default::default(),
         }
     }
 }
@@ -214,6 +230,7 @@ impl Default for NodeConfig {
             tls: None,
             membership: MembershipSection::default(),
             limits: LimitsSection::default(),
+            bucket_types: Default::default(),
         }
     }
 }
@@ -236,9 +253,14 @@ impl NodeConfig {
         if ring == 0 || !ring.is_power_of_two() || ring > 4096 {
             bail!("cluster.ring_size must be a power of two between 1 and 4096, got {ring}");
         }
-        if self.cluster.n_val == 0 {
-            bail!("cluster.n_val must be at least 1");
+        let n_val = self.n_val();
+        if n_val == 0 || n_val > levee_cluster::ring::MAX_N_VAL {
+            bail!(
+                "cluster.n_val must be between 1 and {}, got {n_val}",
+                levee_cluster::ring::MAX_N_VAL
+            );
         }
+        self.bucket_types()?;
         if self.max_message_bytes < self.max_value_bytes {
             bail!(
                 "max_message_bytes ({}) must be at least max_value_bytes ({})",
@@ -283,6 +305,54 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// Replicas per key (see [`ClusterSection::n_val`]).
+    pub fn n_val(&self) -> u32 {
+        self.cluster.n_val.unwrap_or(
+            if self.cluster.members_file.is_some() || !self.membership.members.is_empty() {
+                3
+            } else {
+                1
+            },
+        )
+    }
+
+    /// Every bucket type's request defaults, "default" always among them. A type's `n_val`
+    /// defaults to the cluster's and may not exceed it (the claim only keeps `cluster.n_val`
+    /// consecutive partitions on distinct members).
+    pub fn bucket_types(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, levee_cluster::BucketTypeProps>> {
+        let n_val = self.n_val();
+        let mut out = std::collections::BTreeMap::new();
+        let mut raw = self.bucket_types.clone();
+        raw.entry("default".to_string()).or_default();
+        for (name, table) in raw {
+            let mut table = table;
+            table
+                .entry("n_val")
+                .or_insert(toml::Value::Integer(n_val.into()));
+            if name == "default" {
+                table
+                    .entry("conflict")
+                    .or_insert(toml::Value::String("lww".into()));
+            }
+            let props: levee_cluster::BucketTypeProps = toml::Value::Table(table)
+                .try_into()
+                .with_context(|| format!("[bucket_types.{name}]"))?;
+            props
+                .validate()
+                .with_context(|| format!("[bucket_types.{name}]"))?;
+            if props.n_val > n_val {
+                bail!(
+                    "[bucket_types.{name}] n_val {} is more than cluster.n_val {n_val}: the ring keeps only {n_val} consecutive partitions on distinct members",
+                    props.n_val
+                );
+            }
+            out.insert(name, props);
+        }
+        Ok(out)
+    }
+
     /// The TLS files of the gRPC port, `None` for plaintext. A `[tls]` section that names no
     /// certificate is an error rather than a silent fallback to plaintext.
     pub fn tls_files(&self) -> Result<Option<crate::tls::TlsFiles>> {
@@ -313,7 +383,10 @@ impl NodeConfig {
             } else {
                 1
             },
-            max_value_bytes: self.max_value_bytes,
+            // A vnode stores replica objects: every sibling's value and metadata, which the
+            // coordinator bounds one by one (max_value_bytes); the object as a whole must fit a
+            // message between members.
+            max_value_bytes: self.max_message_bytes,
             compaction: levee_store::CompactionThresholds {
                 single_file: c.single_file_percent as f64,
                 run: c.max_run_percent as f64,

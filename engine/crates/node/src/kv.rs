@@ -1,7 +1,10 @@
-//! The `KV` gRPC service: thin handlers that run engine calls on the blocking pool, each after
-//! its vnode admitted it (`admission.rs`: bounded concurrency and queue, fail fast with
-//! UNAVAILABLE). Streams produce their pages one engine call at a time from an async task, so a
-//! slow reader holds no blocking thread and no vnode slot.
+//! The `KV` gRPC service. PUT, GET, HEAD and DELETE go to the coordinator (`coordinator/`:
+//! the key's replicas across the cluster, quorums, version vectors, read repair). IndexQuery and
+//! ListKeys read this node's vnodes — each engine call on the blocking pool after its vnode
+//! admitted it (`admission.rs`: bounded concurrency and queue, fail fast with UNAVAILABLE) — and
+//! produce their pages one engine call at a time from an async task, so a slow reader holds no
+//! blocking thread and no vnode slot. (Coverage across members is not wired yet: in a cluster of
+//! several members they answer for this node's vnodes only; docs/cluster.md.)
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,12 +16,21 @@ use tokio_stream::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use levee_cluster::{
+    decode_context, decode_siblings, encode_context, Clock, Content, QuorumValue, ReadOptions,
+    SiblingKind, SiblingSet, WriteOptions,
+};
+
 use crate::admission::{self, Admission, Rejection};
-use crate::errors::{label, to_status};
+use crate::coordinator::get::{Read, ReadOutcome};
+use crate::coordinator::put::Write;
+use crate::coordinator::Coordinator;
+use crate::errors::to_status;
 use crate::metrics::Metrics;
 use crate::vnodes::Vnodes;
 
 pub struct KvService {
+    pub coordinator: Arc<Coordinator>,
     pub vnodes: Arc<Vnodes>,
     pub metrics: Arc<Metrics>,
     /// Per-vnode bounded admission of engine calls (overload protection).
@@ -57,6 +69,71 @@ pub(crate) fn changes_from(list: Vec<pb::IndexChange>) -> Result<Vec<IndexChange
             }
         })
         .collect()
+}
+
+/// A request's quorum option: `None` takes the bucket type's.
+fn quorum_of(q: Option<pb::Quorum>, what: &str) -> Result<Option<QuorumValue>, Status> {
+    use pb::quorum::{Name, Value};
+    Ok(match q.and_then(|q| q.value) {
+        None => None,
+        Some(Value::Count(n)) => Some(QuorumValue::Count(n)),
+        Some(Value::Name(n)) => Some(match Name::try_from(n) {
+            Ok(Name::One) => QuorumValue::One,
+            Ok(Name::Quorum) => QuorumValue::Quorum,
+            Ok(Name::All) => QuorumValue::All,
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "{what}: quorum name {n} is not ONE, QUORUM or ALL"
+                )))
+            }
+        }),
+    })
+}
+
+fn write_options(
+    w: Option<pb::Quorum>,
+    pw: Option<pb::Quorum>,
+    dw: Option<pb::Quorum>,
+) -> Result<WriteOptions, Status> {
+    Ok(WriteOptions {
+        w: quorum_of(w, "w")?,
+        pw: quorum_of(pw, "pw")?,
+        dw: quorum_of(dw, "dw")?,
+    })
+}
+
+fn context_of(bytes: &[u8]) -> Result<Clock, Status> {
+    if bytes.is_empty() {
+        return Ok(Clock::new());
+    }
+    decode_context(bytes).map_err(|e| {
+        Status::invalid_argument(format!(
+            "context: {e} (pass back the context bytes of a GetResponse or PutResponse unchanged)"
+        ))
+    })
+}
+
+/// The live siblings of an object (or of a merged set with its fetched contents), for a reply.
+fn siblings_of(set: &SiblingSet, contents: &[Content]) -> Vec<pb::Sibling> {
+    set.live()
+        .zip(contents)
+        .map(|(s, c)| pb::Sibling {
+            value: c.value.clone(),
+            metadata: c.metadata.clone(),
+            timestamp_us: s.meta.timestamp_us,
+        })
+        .collect()
+}
+
+/// The label of a coordinated request's outcome in `levee_requests_total`.
+fn result_label(r: &Result<(), &Status>) -> &'static str {
+    match r {
+        Ok(()) => "ok",
+        Err(s) if s.code() == tonic::Code::NotFound => "not_found",
+        Err(s) if s.metadata().get("retry-after-ms").is_some() => "overloaded",
+        Err(s) if s.message().starts_with("quorum not met") => "quorum_failed",
+        Err(_) => "error",
+    }
 }
 
 /// The client's deadline, from its `grpc-timeout` header.
@@ -139,7 +216,70 @@ impl Engine {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
+fn read_of(
+    bucket: Vec<u8>,
+    key: Vec<u8>,
+    bucket_type: String,
+    r: Option<pb::Quorum>,
+    pr: Option<pb::Quorum>,
+    notfound_ok: Option<bool>,
+    basic_quorum: Option<bool>,
+    values: bool,
+) -> Result<Read, Status> {
+    Ok(Read {
+        bucket,
+        key,
+        bucket_type,
+        options: ReadOptions {
+            r: quorum_of(r, "r")?,
+            pr: quorum_of(pr, "pr")?,
+            notfound_ok,
+            basic_quorum,
+        },
+        values,
+    })
+}
+
+/// Index in `set.live()` of the latest sibling (last-write-wins order).
+fn latest_live(set: &SiblingSet) -> Option<usize> {
+    set.live()
+        .enumerate()
+        .max_by(|a, b| a.1.meta.lww_cmp(&b.1.meta))
+        .map(|(i, _)| i)
+}
+
+/// NOT_FOUND, with a deleted key's context in the `levee-context-bin` trailer.
+fn not_found(context: Option<Clock>) -> Status {
+    let mut s = Status::not_found("no object under that bucket and key");
+    if let Some(c) = context {
+        s.metadata_mut().insert_bin(
+            "levee-context-bin",
+            tonic::metadata::MetadataValue::from_bytes(&encode_context(&c)),
+        );
+    }
+    s
+}
+
 impl KvService {
+    /// When a coordinated request must be answered by: the client's deadline (less a margin),
+    /// else the node's default.
+    fn deadline(&self, meta: &MetadataMap) -> Instant {
+        admission::start_deadline(Instant::now(), client_timeout(meta), self.default_deadline)
+    }
+
+    /// Count and time a coordinated request.
+    fn count(&self, op: &'static str, started: Instant, res: Result<(), &Status>) {
+        let result = result_label(&res);
+        if result != "overloaded" {
+            self.metrics
+                .duration
+                .with_label_values(&[op])
+                .observe(started.elapsed().as_secs_f64());
+        }
+        self.metrics.requests.with_label_values(&[op, result]).inc();
+    }
+
     fn engine(&self, meta: &MetadataMap) -> Engine {
         let client = client_timeout(meta)
             .map(|t| admission::start_deadline(Instant::now(), Some(t), self.default_deadline));
@@ -150,41 +290,6 @@ impl KvService {
                 client,
                 default: self.default_deadline,
             },
-        }
-    }
-
-    /// Run `f` on `vnode`'s store, recording the request's metrics.
-    async fn run<T: Send + 'static>(
-        &self,
-        op: &'static str,
-        meta: &MetadataMap,
-        vnode: usize,
-        f: impl FnOnce(&Store) -> Result<Option<T>, levee_store::Error> + Send + 'static,
-    ) -> Result<T, Status> {
-        let start = Instant::now();
-        let res = self.engine(meta).call(vnode, move |s| f(s)).await;
-        let result = match &res {
-            Ok(Some(_)) => "ok",
-            Ok(None) => "not_found",
-            Err(e) => {
-                if let CallError::Engine(e) = e {
-                    log::debug!("{op} on vnode {vnode} failed: {}", label(e));
-                }
-                e.label()
-            }
-        };
-        // Refusals are counted, not timed: the histogram is the latency of admitted requests.
-        if result != "overloaded" {
-            self.metrics
-                .duration
-                .with_label_values(&[op])
-                .observe(start.elapsed().as_secs_f64());
-        }
-        self.metrics.requests.with_label_values(&[op, result]).inc();
-        match res {
-            Ok(Some(v)) => Ok(v),
-            Ok(None) => Err(Status::not_found("no object under that bucket and key")),
-            Err(e) => Err(e.into_status()),
         }
     }
 
@@ -216,28 +321,77 @@ type KeyFold = (
 impl pb::kv_server::Kv for KvService {
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let (meta, _, r) = req.into_parts();
-        let changes = changes_from(r.index_changes)?;
-        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
-        let sqn = self
-            .run("put", &meta, vnode, move |s| {
-                s.put(&r.bucket, &r.key, &r.value, &r.metadata, &changes)
-                    .map(Some)
+        let started = Instant::now();
+        let res = async {
+            let w = Write {
+                context: context_of(&r.context)?,
+                bucket: r.bucket,
+                key: r.key,
+                content: Some(Content {
+                    metadata: r.metadata,
+                    value: r.value,
+                }),
+                index_changes: r.index_changes,
+                bucket_type: r.bucket_type,
+                options: write_options(r.w, r.pw, r.dw)?,
+            };
+            let written = self.coordinator.put(w, self.deadline(&meta)).await?;
+            let o = &written.stored.object;
+            Ok(pb::PutResponse {
+                sqn: written.stored.sqn,
+                context: written.context(),
+                siblings: if r.return_body {
+                    siblings_of(&o.siblings, &o.contents)
+                } else {
+                    Vec::new()
+                },
             })
-            .await?;
-        Ok(Response::new(pb::PutResponse { sqn }))
+        }
+        .await;
+        self.count("put", started, res.as_ref().map(|_| ()));
+        res.map(Response::new)
     }
 
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let (meta, _, r) = req.into_parts();
-        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
-        let o = self
-            .run("get", &meta, vnode, move |s| s.get(&r.bucket, &r.key))
-            .await?;
-        Ok(Response::new(pb::GetResponse {
-            sqn: o.sqn,
-            value: o.value,
-            metadata: o.metadata,
-        }))
+        let started = Instant::now();
+        let res = async {
+            let read = read_of(
+                r.bucket,
+                r.key,
+                r.bucket_type,
+                r.r,
+                r.pr,
+                r.notfound_ok,
+                r.basic_quorum,
+                true,
+            )?;
+            match self.coordinator.get(read, self.deadline(&meta)).await? {
+                ReadOutcome::Found {
+                    merged,
+                    contents,
+                    sqn,
+                } => {
+                    let siblings = siblings_of(&merged, &contents);
+                    let latest = latest_live(&merged);
+                    let (value, metadata) = latest
+                        .and_then(|i| contents.get(i))
+                        .map(|c| (c.value.clone(), c.metadata.clone()))
+                        .unwrap_or_default();
+                    Ok(pb::GetResponse {
+                        sqn,
+                        value,
+                        metadata,
+                        context: encode_context(&merged.context()),
+                        siblings,
+                    })
+                }
+                ReadOutcome::NotFound { context } => Err(not_found(context)),
+            }
+        }
+        .await;
+        self.count("get", started, res.as_ref().map(|_| ()));
+        res.map(Response::new)
     }
 
     async fn head(
@@ -245,16 +399,42 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::HeadRequest>,
     ) -> Result<Response<pb::HeadResponse>, Status> {
         let (meta, _, r) = req.into_parts();
-        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
-        let h = self
-            .run("head", &meta, vnode, move |s| s.head(&r.bucket, &r.key))
-            .await?;
-        Ok(Response::new(pb::HeadResponse {
-            sqn: h.sqn,
-            value_size: h.value_size,
-            value_hash: h.value_hash,
-            metadata: h.metadata,
-        }))
+        let started = Instant::now();
+        let res = async {
+            let read = read_of(
+                r.bucket,
+                r.key,
+                r.bucket_type,
+                r.r,
+                r.pr,
+                r.notfound_ok,
+                r.basic_quorum,
+                false,
+            )?;
+            match self.coordinator.get(read, self.deadline(&meta)).await? {
+                ReadOutcome::Found { merged, sqn, .. } => {
+                    let live: Vec<_> = merged.live().collect();
+                    let latest = latest_live(&merged).map(|i| live[i]);
+                    let (value_size, value_hash) = match latest.map(|s| s.meta.kind) {
+                        Some(SiblingKind::Value { hash, size }) => (size as u32, hash),
+                        _ => (0, 0),
+                    };
+                    Ok(pb::HeadResponse {
+                        sqn,
+                        value_size,
+                        value_hash,
+                        metadata: Vec::new(),
+                        context: encode_context(&merged.context()),
+                        sibling_count: live.len() as u32,
+                        timestamp_us: latest.map_or(0, |s| s.meta.timestamp_us),
+                    })
+                }
+                ReadOutcome::NotFound { context } => Err(not_found(context)),
+            }
+        }
+        .await;
+        self.count("head", started, res.as_ref().map(|_| ()));
+        res.map(Response::new)
     }
 
     async fn delete(
@@ -262,14 +442,26 @@ impl pb::kv_server::Kv for KvService {
         req: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         let (meta, _, r) = req.into_parts();
-        let changes = changes_from(r.index_changes)?;
-        let vnode = self.vnodes.vnode_of(&r.bucket, &r.key);
-        let sqn = self
-            .run("delete", &meta, vnode, move |s| {
-                s.delete(&r.bucket, &r.key, &r.metadata, &changes).map(Some)
+        let started = Instant::now();
+        let res = async {
+            let w = Write {
+                context: context_of(&r.context)?,
+                bucket: r.bucket,
+                key: r.key,
+                content: None,
+                index_changes: r.index_changes,
+                bucket_type: r.bucket_type,
+                options: write_options(r.w, r.pw, r.dw)?,
+            };
+            let written = self.coordinator.put(w, self.deadline(&meta)).await?;
+            Ok(pb::DeleteResponse {
+                sqn: written.stored.sqn,
+                context: written.context(),
             })
-            .await?;
-        Ok(Response::new(pb::DeleteResponse { sqn }))
+        }
+        .await;
+        self.count("delete", started, res.as_ref().map(|_| ()));
+        res.map(Response::new)
     }
 
     type IndexQueryStream = PageStream<pb::IndexQueryResponse>;
@@ -425,6 +617,7 @@ impl pb::kv_server::Kv for KvService {
         let engine = self.engine(&meta);
         let metrics = self.metrics.clone();
         let bucket = Arc::new(r.bucket);
+        let ring_size = self.vnodes.ring_size;
         tokio::spawn(async move {
             let started = Instant::now();
             let vnodes = engine.vnodes.stores.len();
@@ -446,7 +639,12 @@ impl pb::kv_server::Kv for KvService {
                             let mut page = Vec::with_capacity(page_size);
                             while page.len() < page_size {
                                 match keys.next() {
-                                    Some(k) => page.push(k?),
+                                    Some(k) => {
+                                        let k = k?;
+                                        if listed_here(&snap, &bucket, &k, vnode, ring_size)? {
+                                            page.push(k);
+                                        }
+                                    }
                                     None => return Ok((page, None)),
                                 }
                             }
@@ -479,6 +677,24 @@ impl pb::kv_server::Kv for KvService {
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
     }
+}
+
+/// Whether vnode `vnode` lists `key`: the key is live (not only tombstones) and `vnode` is the
+/// first partition of its preflist, so a node holding several of a key's replicas lists it once.
+fn listed_here(
+    snap: &levee_store::Snapshot,
+    bucket: &[u8],
+    key: &[u8],
+    vnode: usize,
+    ring_size: u32,
+) -> Result<bool, levee_store::Error> {
+    if crate::ring::partition_of(bucket, key, ring_size) as usize != vnode {
+        return Ok(false);
+    }
+    Ok(match snap.head(bucket, key)? {
+        Some(h) => decode_siblings(&h.metadata).map_or(true, |s| !s.is_tombstone_only()),
+        None => false,
+    })
 }
 
 /// Continuation of a coverage query: the last (term, key) returned, as a protobuf-encoded result.

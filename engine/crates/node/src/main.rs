@@ -7,10 +7,12 @@ mod admin;
 mod admission;
 mod cli;
 mod config;
+mod coordinator;
 mod errors;
 mod kv;
 mod membership;
 mod metrics;
+mod peers;
 mod replica;
 mod ring;
 mod server;
@@ -51,6 +53,9 @@ struct ServeArgs {
     metrics_listen: Option<std::net::SocketAddr>,
     #[arg(long, env = "LEVEE_RING_SIZE")]
     ring_size: Option<u32>,
+    /// Replicas per key (default: 3 with a member list, 1 for a node alone).
+    #[arg(long, env = "LEVEE_N_VAL")]
+    n_val: Option<u32>,
     /// none | sync
     #[arg(long, env = "LEVEE_SYNC_ON_WRITE")]
     sync_on_write: Option<String>,
@@ -116,6 +121,9 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = a.ring_size {
         cfg.cluster.ring_size = v;
+    }
+    if let Some(v) = a.n_val {
+        cfg.cluster.n_val = Some(v);
     }
     if let Some(v) = a.sync_on_write {
         cfg.engine.sync_on_write = match v.as_str() {

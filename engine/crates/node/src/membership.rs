@@ -82,7 +82,7 @@ impl Membership {
     /// `listening` is the bound gRPC address (the node's own address when it is alone).
     pub fn load(cfg: &NodeConfig, listening: SocketAddr) -> Result<Membership> {
         let ring_size = RingSize::new(cfg.cluster.ring_size)?;
-        let params = RingParams::new(ring_size, cfg.cluster.n_val)?;
+        let params = RingParams::new(ring_size, cfg.n_val())?;
         let view = match read_committed(&cfg.data_dir, params)? {
             Some(v) => v,
             None => {
@@ -351,7 +351,7 @@ mod tests {
             ..NodeConfig::default()
         };
         c.cluster.ring_size = 16;
-        c.cluster.n_val = 3;
+        c.cluster.n_val = Some(3);
         c.cluster.members_file = members_file;
         c
     }
@@ -433,7 +433,7 @@ mod tests {
         std::fs::write(&f, list(1, &["n1"]).to_json()).unwrap();
         Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
         let mut c = cfg(d.path(), None);
-        c.cluster.n_val = 2;
+        c.cluster.n_val = Some(2);
         let e = Membership::load(&c, ADDR).err().expect("n_val changed");
         assert!(format!("{e:#}").contains("n_val 3"), "{e:#}");
     }

@@ -15,6 +15,8 @@ pub struct Metrics {
     pub registry: Registry,
     pub requests: IntCounterVec,
     pub duration: HistogramVec,
+    /// Replicas a read found missing or stale and sent the merge to, by reason.
+    pub read_repairs: IntCounterVec,
 }
 
 impl Metrics {
@@ -40,6 +42,18 @@ impl Metrics {
             &["op"],
         )
         .unwrap();
+        let read_repairs = IntCounterVec::new(
+            Opts::new(
+                "levee_read_repairs_total",
+                "Replicas a coordinated read found missing or stale and repaired, by reason",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        for reason in ["missing", "stale"] {
+            read_repairs.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(read_repairs.clone())).unwrap();
         registry.register(Box::new(requests.clone())).unwrap();
         registry.register(Box::new(duration.clone())).unwrap();
         // Pre-create the label sets so every op appears from the first scrape.
@@ -60,6 +74,7 @@ impl Metrics {
             registry,
             requests,
             duration,
+            read_repairs,
         }
     }
 

@@ -7,10 +7,15 @@
 //! Each vnode has an *actor* id for the clocks of the writes it coordinates, drawn at random when
 //! its store is empty (a vnode that lost its data must not reuse its old counters) and kept in
 //! `<data_dir>/actors/p<partition>`.
+//!
+//! Every replica operation — from the `Node` service or from this node's own coordinator — runs
+//! on the blocking pool once its vnode admitted it ([`Replicas::call`], `admission.rs`), so a
+//! vnode's queue is bounded whoever sends the work.
 
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use levee_cluster::causality::{
@@ -23,6 +28,7 @@ use levee_store::{IndexChange, Store};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
+use crate::admission::{self, Admission};
 use crate::errors::to_status;
 use crate::vnodes::Vnodes;
 
@@ -33,11 +39,28 @@ pub struct Replicas {
     vnodes: Arc<Vnodes>,
     actors: Vec<Actor>,
     locks: Vec<Vec<Mutex<()>>>,
+    admission: Arc<Admission>,
+    /// Every write is fsynced before it is acknowledged (`engine.sync_on_write`).
+    pub durable: bool,
+    /// How long a request without a deadline of its own may wait to start.
+    pub default_deadline: Duration,
+}
+
+/// A stored object and the journal sequence number of the write that stored it (for a read, of
+/// the stored object; 0 when a merge wrote nothing).
+pub struct Stored {
+    pub object: Object,
+    pub sqn: u64,
 }
 
 impl Replicas {
     /// Load (or draw) every vnode's actor. Runs after the stores are open.
-    pub fn open(vnodes: Arc<Vnodes>) -> Result<Replicas> {
+    pub fn open(
+        vnodes: Arc<Vnodes>,
+        admission: Arc<Admission>,
+        durable: bool,
+        default_deadline: Duration,
+    ) -> Result<Replicas> {
         let dir = vnodes.data_dir.join("actors");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let actors = vnodes
@@ -53,7 +76,41 @@ impl Replicas {
             vnodes,
             actors,
             locks,
+            admission,
+            durable,
+            default_deadline,
         })
+    }
+
+    /// Requests waiting for `partition`'s vnode (0 for a partition not in the ring).
+    pub fn queue_len(&self, partition: u32) -> u32 {
+        if (partition as usize) < self.vnodes.stores.len() {
+            self.admission.snapshot(partition as usize).queued
+        } else {
+            0
+        }
+    }
+
+    /// Run `f` on the blocking pool once `partition`'s vnode admits it (a slot that starts no
+    /// later than `deadline`, else UNAVAILABLE with a retry hint). The slot is held while `f` runs.
+    pub async fn call<T: Send + 'static>(
+        self: &Arc<Self>,
+        partition: u32,
+        deadline: Instant,
+        f: impl FnOnce(&Replicas) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        self.store(partition)?;
+        let permit = self
+            .admission
+            .acquire(partition as usize, deadline)
+            .await
+            .map_err(|r| r.to_status())?;
+        let me = self.clone();
+        let (res, permit) = tokio::task::spawn_blocking(move || (f(&me), permit))
+            .await
+            .map_err(|e| Status::internal(format!("replica call failed: {e}")))?;
+        drop(permit);
+        res
     }
 
     fn store(&self, partition: u32) -> Result<&Arc<Store>, Status> {
@@ -72,28 +129,48 @@ impl Replicas {
 
     /// The replica's sibling set (ledger only).
     pub fn head(&self, partition: u32, bucket: &[u8], key: &[u8]) -> Result<SiblingSet, Status> {
+        self.head_sqn(partition, bucket, key).map(|(s, _)| s)
+    }
+
+    /// The replica's sibling set and the journal sequence number of its object (0: none).
+    pub fn head_sqn(
+        &self,
+        partition: u32,
+        bucket: &[u8],
+        key: &[u8],
+    ) -> Result<(SiblingSet, u64), Status> {
         let store = self.store(partition)?;
         match store.head(bucket, key).map_err(to_status)? {
-            None => Ok(SiblingSet::new()),
-            Some(h) => decode_siblings(&h.metadata).map_err(|e| damaged(partition, e)),
+            None => Ok((SiblingSet::new(), 0)),
+            Some(h) => Ok((
+                decode_siblings(&h.metadata).map_err(|e| damaged(partition, e))?,
+                h.sqn,
+            )),
         }
     }
 
     /// The replica's object.
-    pub fn get(&self, partition: u32, bucket: &[u8], key: &[u8]) -> Result<Object, Status> {
+    pub fn get(&self, partition: u32, bucket: &[u8], key: &[u8]) -> Result<Stored, Status> {
         let store = self.store(partition)?;
         match store.get(bucket, key).map_err(to_status)? {
-            None => Ok(Object::default()),
+            None => Ok(Stored {
+                object: Object::default(),
+                sqn: 0,
+            }),
             Some(o) => {
                 let siblings = decode_siblings(&o.metadata).map_err(|e| damaged(partition, e))?;
                 let contents = decode_contents(&o.value).map_err(|e| damaged(partition, e))?;
-                Object::new(siblings, contents).map_err(|e| damaged(partition, e))
+                Ok(Stored {
+                    object: Object::new(siblings, contents).map_err(|e| damaged(partition, e))?,
+                    sqn: o.sqn,
+                })
             }
         }
     }
 
     /// Merge `incoming` into the replica and store the result (nothing is written when the replica
     /// already covers it). Returns the object as stored.
+    #[allow(clippy::too_many_arguments)]
     pub fn merge(
         &self,
         partition: u32,
@@ -102,7 +179,7 @@ impl Replicas {
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
-    ) -> Result<Object, Status> {
+    ) -> Result<Stored, Status> {
         let _key = self.lock(partition, bucket, key).lock();
         let local_set = self.head(partition, bucket, key)?;
         self.merge_locked(
@@ -127,19 +204,22 @@ impl Replicas {
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
-    ) -> Result<Object, Status> {
+    ) -> Result<Stored, Status> {
         let local = if merge_needs_local_contents(local_set, &incoming.siblings, policy) {
-            Some(self.get(partition, bucket, key)?)
+            Some(self.get(partition, bucket, key)?.object)
         } else {
             None
         };
         let merged = object::merge(local_set, local.as_ref(), incoming, policy)
             .map_err(|e| Status::internal(format!("merging a replica: {e}")))?;
         if merged.siblings == *local_set && index_changes.is_empty() {
-            return Ok(merged);
+            return Ok(Stored {
+                object: merged,
+                sqn: 0,
+            });
         }
         let store = self.store(partition)?;
-        store
+        let sqn = store
             .put(
                 bucket,
                 key,
@@ -148,7 +228,10 @@ impl Replicas {
                 index_changes,
             )
             .map_err(to_status)?;
-        Ok(merged)
+        Ok(Stored {
+            object: merged,
+            sqn,
+        })
     }
 
     /// A write coordinated at this vnode: a new clock from the client's context and this vnode's
@@ -164,7 +247,7 @@ impl Replicas {
         timestamp_us: u64,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
-    ) -> Result<Object, Status> {
+    ) -> Result<Stored, Status> {
         self.store(partition)?; // checks the partition
         let actor = self.actors[partition as usize];
         let _key = self.lock(partition, bucket, key).lock();
@@ -229,14 +312,14 @@ fn actor_of(dir: &Path, partition: u32, store: &Store) -> Result<Actor> {
     Ok(Actor::new(id))
 }
 
-fn policy(p: i32) -> ConflictPolicy {
+pub(crate) fn policy(p: i32) -> ConflictPolicy {
     match pb::ConflictPolicy::try_from(p) {
         Ok(pb::ConflictPolicy::Lww) => ConflictPolicy::Lww,
         _ => ConflictPolicy::Siblings,
     }
 }
 
-fn object_of(siblings: &[u8], contents: &[u8]) -> Result<Object, Status> {
+pub(crate) fn object_of(siblings: &[u8], contents: &[u8]) -> Result<Object, Status> {
     let set = decode_siblings(siblings)
         .map_err(|e| Status::invalid_argument(format!("siblings: {e}")))?;
     let contents =
@@ -244,22 +327,32 @@ fn object_of(siblings: &[u8], contents: &[u8]) -> Result<Object, Status> {
     Object::new(set, contents).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
-fn reply_head(set: &SiblingSet) -> pb::HeadReplicaResponse {
+fn reply_head(
+    set: &SiblingSet,
+    durable: bool,
+    queue_len: u32,
+    sqn: u64,
+) -> pb::HeadReplicaResponse {
     pb::HeadReplicaResponse {
         found: !set.is_empty(),
         siblings: encode_siblings(set),
+        durable,
+        queue_len,
+        sqn,
     }
 }
 
-fn reply_object(o: &Object) -> pb::ReplicaObject {
+fn reply_object(s: &Stored, durable: bool) -> pb::ReplicaObject {
     pb::ReplicaObject {
-        found: !o.siblings.is_empty(),
-        siblings: encode_siblings(&o.siblings),
-        contents: o.encode_contents(),
+        found: !s.object.siblings.is_empty(),
+        siblings: encode_siblings(&s.object.siblings),
+        contents: s.object.encode_contents(),
+        durable,
+        sqn: s.sqn,
     }
 }
 
-/// `levee.v1.Node`: the replica operations above, each on the blocking pool.
+/// `levee.v1.Node`: the replica operations above, each admitted by its vnode.
 pub struct NodeService {
     pub replicas: Arc<Replicas>,
 }
@@ -268,12 +361,15 @@ fn key_of(k: Option<pb::ReplicaKey>) -> Result<pb::ReplicaKey, Status> {
     k.ok_or_else(|| Status::invalid_argument("a replica key (partition, bucket, key) is required"))
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
-) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
+/// When a replica call of this request must start by: the caller's `grpc-timeout` (less a
+/// margin), else the node's default.
+fn deadline_of<T>(req: &Request<T>, default: Duration) -> Instant {
+    let timeout = req
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(admission::parse_grpc_timeout);
+    admission::start_deadline(Instant::now(), timeout, default)
 }
 
 #[tonic::async_trait]
@@ -282,26 +378,38 @@ impl pb::node_server::Node for NodeService {
         &self,
         req: Request<pb::ReplicaKey>,
     ) -> Result<Response<pb::HeadReplicaResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
         let k = req.into_inner();
-        let r = self.replicas.clone();
-        let set = blocking(move || r.head(k.partition, &k.bucket, &k.key)).await?;
-        Ok(Response::new(reply_head(&set)))
+        let queue_len = self.replicas.queue_len(k.partition);
+        let (set, sqn) = self
+            .replicas
+            .call(k.partition, deadline, move |r| {
+                r.head_sqn(k.partition, &k.bucket, &k.key)
+            })
+            .await?;
+        Ok(Response::new(reply_head(&set, false, queue_len, sqn)))
     }
 
     async fn get_replica(
         &self,
         req: Request<pb::ReplicaKey>,
     ) -> Result<Response<pb::ReplicaObject>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
         let k = req.into_inner();
-        let r = self.replicas.clone();
-        let o = blocking(move || r.get(k.partition, &k.bucket, &k.key)).await?;
-        Ok(Response::new(reply_object(&o)))
+        let s = self
+            .replicas
+            .call(k.partition, deadline, move |r| {
+                r.get(k.partition, &k.bucket, &k.key)
+            })
+            .await?;
+        Ok(Response::new(reply_object(&s, false)))
     }
 
     async fn coordinate_put(
         &self,
         req: Request<pb::CoordinatePutRequest>,
     ) -> Result<Response<pb::ReplicaObject>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
         let q = req.into_inner();
         let k = key_of(q.key)?;
         let context = if q.context.is_empty() {
@@ -316,36 +424,45 @@ impl pb::node_server::Node for NodeService {
         });
         let changes = crate::kv::changes_from(q.index_changes)?;
         let policy = policy(q.policy);
-        let r = self.replicas.clone();
-        let o = blocking(move || {
-            r.coordinate_put(
-                k.partition,
-                &k.bucket,
-                &k.key,
-                &context,
-                content,
-                q.timestamp_us,
-                policy,
-                &changes,
-            )
-        })
-        .await?;
-        Ok(Response::new(reply_object(&o)))
+        let s = self
+            .replicas
+            .call(k.partition, deadline, move |r| {
+                r.coordinate_put(
+                    k.partition,
+                    &k.bucket,
+                    &k.key,
+                    &context,
+                    content,
+                    q.timestamp_us,
+                    policy,
+                    &changes,
+                )
+            })
+            .await?;
+        Ok(Response::new(reply_object(&s, self.replicas.durable)))
     }
 
     async fn merge_replica(
         &self,
         req: Request<pb::MergeReplicaRequest>,
     ) -> Result<Response<pb::HeadReplicaResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
         let q = req.into_inner();
         let k = key_of(q.key)?;
         let incoming = object_of(&q.siblings, &q.contents)?;
         let changes = crate::kv::changes_from(q.index_changes)?;
         let policy = policy(q.policy);
-        let r = self.replicas.clone();
-        let o =
-            blocking(move || r.merge(k.partition, &k.bucket, &k.key, &incoming, policy, &changes))
-                .await?;
-        Ok(Response::new(reply_head(&o.siblings)))
+        let s = self
+            .replicas
+            .call(k.partition, deadline, move |r| {
+                r.merge(k.partition, &k.bucket, &k.key, &incoming, policy, &changes)
+            })
+            .await?;
+        Ok(Response::new(reply_head(
+            &s.object.siblings,
+            self.replicas.durable,
+            0,
+            s.sqn,
+        )))
     }
 }

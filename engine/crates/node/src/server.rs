@@ -13,8 +13,10 @@ use tokio::sync::watch;
 use crate::admin::AdminService;
 use crate::admission::Admission;
 use crate::config::NodeConfig;
+use crate::coordinator::Coordinator;
 use crate::kv::KvService;
 use crate::metrics::{serve_http, Metrics};
+use crate::peers::Peers;
 use crate::replica::{NodeService, Replicas};
 use crate::tls::ServerTls;
 use crate::vnodes::Vnodes;
@@ -70,15 +72,45 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building the reflection service")?;
+    // One admission per vnode, shared by client streams, this node's coordinator and other
+    // members' coordinators.
+    let admission = Admission::new(vnodes.stores.len(), cfg.limits.admission());
     let replicas = {
-        let v = vnodes.clone();
-        Arc::new(tokio::task::spawn_blocking(move || Replicas::open(v)).await??)
+        let (v, a) = (vnodes.clone(), admission.clone());
+        let (durable, deadline) = (cfg.engine.sync_on_write, cfg.limits.default_deadline());
+        Arc::new(
+            tokio::task::spawn_blocking(move || Replicas::open(v, a, durable, deadline)).await??,
+        )
     };
+    let peers = Arc::new(Peers::new(&cfg)?);
+    tokio::spawn(peers.clone().probe(vnodes.membership.clone()));
+    let coordinator = Arc::new(Coordinator {
+        vnodes: vnodes.clone(),
+        replicas: replicas.clone(),
+        peers,
+        metrics: metrics.clone(),
+        bucket_types: cfg.bucket_types()?,
+        max_value_bytes: cfg.max_value_bytes,
+    });
+    log::info!(
+        "n_val {}; bucket types: {}",
+        cfg.n_val(),
+        coordinator
+            .bucket_types
+            .iter()
+            .map(|(n, p)| format!(
+                "{n} (n_val {}, r {:?}, w {:?}, {:?})",
+                p.n_val, p.r, p.w, p.conflict
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let node = NodeService { replicas };
     let kv = KvService {
+        coordinator,
         vnodes: vnodes.clone(),
         metrics: metrics.clone(),
-        admission: Admission::new(vnodes.stores.len(), cfg.limits.admission()),
+        admission,
         default_deadline: cfg.limits.default_deadline(),
     };
     log::info!(

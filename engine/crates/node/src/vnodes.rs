@@ -9,7 +9,6 @@ use levee_store::Store;
 
 use crate::config::NodeConfig;
 use crate::membership::Membership;
-use crate::ring::partition_of;
 
 pub struct Vnodes {
     pub ring_size: u32,
@@ -48,6 +47,46 @@ fn check_ring_size(data_dir: &std::path::Path, ring_size: u32) -> Result<()> {
     if ensure_ring_size(data_dir, configured)? == levee_cluster::RingSizeCheck::Recorded {
         log::info!("recorded ring_size {ring_size} in {}", data_dir.display());
     }
+    Ok(())
+}
+
+/// The file that says how the stores hold objects.
+const FORMAT_FILE: &str = "FORMAT";
+/// Replica objects: sibling set in the ledger metadata, contents in the journal value
+/// (`levee_cluster::object`).
+const OBJECT_FORMAT: &str = "replica-objects 1";
+
+/// Record that the stores hold replica objects, or refuse stores written by a levee from before
+/// replication (raw values), which this node would misread.
+fn check_object_format<'a>(
+    data_dir: &std::path::Path,
+    mut stores: impl Iterator<Item = &'a Arc<Store>>,
+) -> Result<()> {
+    let path = data_dir.join(FORMAT_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim() == OBJECT_FORMAT => return Ok(()),
+        Ok(text) => anyhow::bail!(
+            "{} says the stores hold {:?}; this levee reads {OBJECT_FORMAT:?}",
+            path.display(),
+            text.trim()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    if stores.any(|s| s.stats().last_sqn > 0) {
+        anyhow::bail!(
+            "data directory {} holds values written by a levee from before replication (no {FORMAT_FILE} file): \
+             this version stores replica objects and would misread them. Read them out with the \
+             levee that wrote them and write them into a new data directory",
+            data_dir.display()
+        );
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{OBJECT_FORMAT}\n"))
+        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .and_then(|_| std::fs::File::open(data_dir)?.sync_all())
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -101,17 +140,13 @@ impl Vnodes {
             opened.push(r?);
         }
         opened.sort_by_key(|(p, _)| *p);
+        check_object_format(&cfg.data_dir, opened.iter().map(|(_, s)| s))?;
         Ok(Vnodes {
             ring_size: cfg.cluster.ring_size,
             stores: opened.into_iter().map(|(_, s)| s).collect(),
             data_dir: cfg.data_dir.clone(),
             membership,
         })
-    }
-
-    /// The vnode (index into `stores`) of a (bucket, key).
-    pub fn vnode_of(&self, bucket: &[u8], key: &[u8]) -> usize {
-        partition_of(bucket, key, self.ring_size) as usize
     }
 
     /// Flush and close every store.

@@ -30,6 +30,7 @@ async fn every_kv_rpc_with_streaming_pagination_and_errors() {
         .get(pb::GetRequest {
             bucket: "users".into(),
             key: "alice".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -42,6 +43,7 @@ async fn every_kv_rpc_with_streaming_pagination_and_errors() {
         .head(pb::HeadRequest {
             bucket: "users".into(),
             key: "alice".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -58,6 +60,7 @@ async fn every_kv_rpc_with_streaming_pagination_and_errors() {
         .get(pb::GetRequest {
             bucket: "users".into(),
             key: "alice".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -66,6 +69,7 @@ async fn every_kv_rpc_with_streaming_pagination_and_errors() {
         .head(pb::HeadRequest {
             bucket: "users".into(),
             key: "alice".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -278,6 +282,7 @@ async fn concurrent_clients_admin_rpcs_and_metrics() {
                             .get(pb::GetRequest {
                                 bucket: "c".into(),
                                 key: key.into(),
+                                ..Default::default()
                             })
                             .await
                             .unwrap()
@@ -439,6 +444,7 @@ async fn acknowledged_puts_survive_a_process_kill() {
             .get(pb::GetRequest {
                 bucket: "d".into(),
                 key: format!("k{i}").into(),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -528,6 +534,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_cleanly() {
         kv.get(pb::GetRequest {
             bucket: "s".into(),
             key: k.clone().into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -96,6 +96,7 @@ fn get(bucket: &str, key: &str) -> pb::GetRequest {
     pb::GetRequest {
         bucket: bucket.into(),
         key: key.into(),
+        ..Default::default()
     }
 }
 

@@ -125,6 +125,7 @@ async fn roundtrip(addr: &str, c: Client<'_>) -> Result<(), String> {
         .get(pb::GetRequest {
             bucket: "tls".into(),
             key: "k".into(),
+            ..Default::default()
         })
         .await
         .map_err(|e| format!("get: {e:?}"))?

@@ -86,6 +86,18 @@ pub(crate) fn validate_key(key: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The checks a write or read of (bucket, key) passes in the store, for callers that route the
+/// request elsewhere first (a cluster coordinator): a bad name fails before any replica is asked.
+pub fn validate_object_key(bucket: &[u8], key: &[u8]) -> Result<()> {
+    validate_bucket(bucket)?;
+    validate_key(key)
+}
+
+/// The store's checks of one index change (field name, term size), for the same callers.
+pub fn validate_index_changes(changes: &[IndexChange]) -> Result<()> {
+    changes.iter().try_for_each(validate_index_change)
+}
+
 pub(crate) fn validate_index_change(c: &IndexChange) -> Result<()> {
     if c.field.is_empty() || c.field.len() > MAX_BUCKET_BYTES || c.field.contains(&0) {
         return Err(Error::InvalidIndex(format!(

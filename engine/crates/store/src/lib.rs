@@ -42,7 +42,7 @@ pub use compaction::{
 };
 pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
 pub use error::{Error, Result};
-pub use keys::{IndexChange, IndexOp, Term};
+pub use keys::{validate_index_changes, validate_object_key, IndexChange, IndexOp, Term};
 #[doc(hidden)]
 pub use lock_order::{checked as lock_order_checked, disable as disable_lock_order_check};
 pub use snapshot::{

@@ -85,6 +85,8 @@ pub enum RingError {
     BadNVal(u32),
     #[error("n_val {n_val} is larger than the ring ({ring_size} partitions): a preflist is n_val distinct partitions")]
     NValLargerThanRing { n_val: u32, ring_size: RingSize },
+    #[error("a preflist of {n_val} replicas on a ring laid out for n_val {claim_n_val}: it must be 1..={claim_n_val}")]
+    PreflistLongerThanClaim { n_val: u32, claim_n_val: u32 },
     #[error("a claim needs at least one member")]
     NoMembers,
     #[error("member {0:?} is listed twice")]

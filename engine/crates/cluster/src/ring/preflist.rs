@@ -95,11 +95,29 @@ pub fn targets(
     partition: Partition,
     down: &BTreeSet<String>,
 ) -> Result<Targets, RingError> {
-    let primaries = primary_preflist(claim, partition)?;
+    targets_n(claim, partition, claim.n_val(), down)
+}
+
+/// [`targets`] for a preflist of the first `n_val` of the claim's `n_val` partitions (a bucket
+/// type with fewer replicas than the ring is laid out for). `n_val` above the claim's is an error.
+pub fn targets_n(
+    claim: &Claim,
+    partition: Partition,
+    n_val: u32,
+    down: &BTreeSet<String>,
+) -> Result<Targets, RingError> {
+    if n_val == 0 || n_val > claim.n_val() {
+        return Err(RingError::PreflistLongerThanClaim {
+            n_val,
+            claim_n_val: claim.n_val(),
+        });
+    }
+    let mut primaries = primary_preflist(claim, partition)?;
+    primaries.truncate(n_val as usize);
     let r = claim.ring_size().get();
     let mut taken: BTreeSet<&str> = primaries.iter().map(|p| claim.owner(p.partition)).collect();
     // Candidate fallbacks: owners after the preflist, in ring order.
-    let mut next = (claim.n_val()..r).map(|i| claim.owner((partition + i) % r));
+    let mut next = (n_val..r).map(|i| claim.owner((partition + i) % r));
     let mut out = Targets {
         targets: Vec::with_capacity(primaries.len()),
         uncovered: Vec::new(),
@@ -212,6 +230,36 @@ mod tests {
             t.targets[1].partition, 7,
             "the fallback holds c's partition"
         );
+    }
+
+    #[test]
+    fn shorter_preflists_of_a_bucket_type() {
+        // ring "abcdeabc", laid out for n_val 3; a bucket type of n_val 1 or 2 takes the first
+        // partitions of the preflist, and its fallbacks walk on from there.
+        let c = claim("abcdeabc", 3);
+        let cases: &[(u32, &[&str], &[&str])] = &[
+            (1, &[], &["a"]),
+            (2, &[], &["a", "b"]),
+            (3, &[], &["a", "b", "c"]),
+            // n_val 1, a down: the walk starts at partition 1 (b).
+            (1, &["a"], &["b>a"]),
+            // n_val 2, b down: c is next and not in the preflist of two.
+            (2, &["b"], &["a", "c>b"]),
+        ];
+        for &(n, d, want) in cases {
+            let t = targets_n(&c, 0, n, &down(d)).unwrap();
+            assert_eq!(show(&t), want, "n_val {n}, down {d:?}");
+        }
+        assert_eq!(
+            targets_n(&c, 0, 3, &down(&["b"])).unwrap(),
+            targets(&c, 0, &down(&["b"])).unwrap()
+        );
+        for n in [0, 4] {
+            assert!(matches!(
+                targets_n(&c, 0, n, &down(&[])),
+                Err(RingError::PreflistLongerThanClaim { .. })
+            ));
+        }
     }
 
     #[test]

@@ -177,6 +177,7 @@ pub fn put(bucket: &str, key: &str, value: &[u8], idx: Vec<pb::IndexChange>) -> 
         value: value.to_vec(),
         metadata: b"vv".to_vec(),
         index_changes: idx,
+        ..Default::default()
     }
 }
 

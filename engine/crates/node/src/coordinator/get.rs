@@ -1,0 +1,305 @@
+//! A coordinated read, HEAD-then-GET: every replica of the preflist is asked for its sibling set
+//! (a ledger read); once the `GetTracker` decides, each winning value is fetched from one replica
+//! that holds it (shortest queue first). The answer does not wait for the slower replicas: a
+//! background task collects their HEADs and then repairs every replica that answered with less
+//! than the merge (read repair).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use levee_cluster::{
+    Clock, ConflictPolicy, Content, GetDecision, GetTracker, HeadReply, Object, ReadOptions,
+    ReplicaRole, SiblingMeta, SiblingSet, Target, ValueFetch,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tonic::Status;
+
+use super::{failure_of, Coordinator};
+use crate::membership::ClusterView;
+use crate::replica::Stored;
+
+/// A client read.
+pub struct Read {
+    pub bucket: Vec<u8>,
+    pub key: Vec<u8>,
+    pub bucket_type: String,
+    pub options: ReadOptions,
+    /// Fetch the values (GET); without, answer from the HEADs alone (HEAD).
+    pub values: bool,
+}
+
+/// What a read found.
+pub enum ReadOutcome {
+    /// `contents[i]` is the content of `merged.live()[i]` (empty when values were not asked for).
+    Found {
+        merged: SiblingSet,
+        contents: Vec<Content>,
+        /// The journal sequence number on the replica the first value came from.
+        sqn: u64,
+    },
+    /// No live value. `context` is the delete's when the key holds tombstones.
+    NotFound { context: Option<Clock> },
+}
+
+/// A replica's HEAD: target index, reply, the object's sequence number, the error if it failed.
+type HeadMessage = (usize, HeadReply, u64, Option<Status>);
+
+/// Replica objects fetched during a read, by target index.
+type Fetched = HashMap<usize, Stored>;
+
+impl Coordinator {
+    pub async fn get(self: &Arc<Self>, r: Read, deadline: Instant) -> Result<ReadOutcome, Status> {
+        levee_store::validate_object_key(&r.bucket, &r.key).map_err(crate::errors::to_status)?;
+        let props = self.props(&r.bucket_type)?;
+        let quorum = props
+            .read(&r.options)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let plan = self.plan(&r.bucket, &r.key, props.n_val)?;
+        let targets = plan.targets.targets.clone();
+        let roles = ReplicaRole::of_targets(&plan.targets);
+        let mut tracker = GetTracker::new(quorum, props.conflict, &roles);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for (i, t) in targets.iter().enumerate() {
+            let (me, view, t, tx) = (self.clone(), plan.view.clone(), t.clone(), tx.clone());
+            let (b, k) = (r.bucket.clone(), r.key.clone());
+            tokio::spawn(async move {
+                let (reply, sqn) = match me.head_replica(&view, &t, b, k, deadline).await {
+                    Ok((set, _, _)) if set.is_empty() => (HeadReply::NotFound, 0),
+                    Ok((siblings, queue_len, sqn)) => (
+                        HeadReply::Found {
+                            siblings,
+                            queue_len,
+                        },
+                        sqn,
+                    ),
+                    Err(s) => {
+                        log::debug!("HEAD of {} p{} failed: {s}", t.node, t.partition);
+                        let _ = tx.send((i, HeadReply::Failed(failure_of(&s)), 0, Some(s)));
+                        return;
+                    }
+                };
+                let _ = tx.send((i, reply, sqn, None));
+            });
+        }
+        drop(tx);
+        let mut sqns = vec![0u64; targets.len()];
+        let mut overload = super::put::LastOverload::default();
+        let mut decision = tracker.decision();
+        while decision == GetDecision::Wait {
+            decision = match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+                Ok(Some((i, reply, sqn, err))) => {
+                    if let Some(s) = &err {
+                        overload.note(s);
+                    }
+                    sqns[i] = sqn;
+                    tracker.add(i, reply).unwrap_or(GetDecision::Wait)
+                }
+                Ok(None) | Err(_) => tracker.expire(),
+            };
+        }
+        let mut fetched = Fetched::new();
+        let outcome = match decision {
+            GetDecision::Failed(e) => {
+                return Err(super::put::quorum_status(&e, overload.0.as_ref()));
+            }
+            GetDecision::NotFound { context } => ReadOutcome::NotFound { context },
+            GetDecision::Found { merged, fetch } => {
+                let contents = if r.values {
+                    self.fetch(
+                        &plan.view,
+                        &targets,
+                        &r,
+                        &merged,
+                        &fetch,
+                        &mut fetched,
+                        deadline,
+                    )
+                    .await?
+                } else {
+                    Vec::new()
+                };
+                // The sequence number on the replica the first value came from (for a HEAD, on
+                // the replica it would have come from).
+                let sqn = fetch.first().map_or(0, |f| {
+                    f.sources
+                        .iter()
+                        .find_map(|s| fetched.get(s).map(|o| o.sqn))
+                        .unwrap_or(sqns[f.sources[0]])
+                });
+                ReadOutcome::Found {
+                    merged,
+                    contents,
+                    sqn,
+                }
+            }
+            GetDecision::Wait => unreachable!("the loop runs until a decision"),
+        };
+        let repair = Repair {
+            view: plan.view,
+            targets,
+            bucket: r.bucket,
+            key: r.key,
+            policy: props.conflict,
+            deadline,
+        };
+        tokio::spawn(self.clone().read_repair(repair, tracker, rx, fetched));
+        Ok(outcome)
+    }
+
+    /// The content of each live sibling of `merged`, fetched as `fetch` says (next source on a
+    /// failure). Objects fetched are kept in `fetched` for the read repair.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        targets: &[Target],
+        r: &Read,
+        merged: &SiblingSet,
+        fetch: &[ValueFetch],
+        fetched: &mut Fetched,
+        deadline: Instant,
+    ) -> Result<Vec<Content>, Status> {
+        let mut contents = Vec::with_capacity(fetch.len());
+        for f in fetch {
+            let meta = merged.siblings()[f.sibling].meta;
+            let mut last_err = None;
+            let mut found = None;
+            for &src in &f.sources {
+                if let Some(c) = content_in(fetched.get(&src), &meta) {
+                    found = Some(c);
+                    break;
+                }
+                if fetched.contains_key(&src) {
+                    continue; // fetched already, without this sibling (it changed since its HEAD)
+                }
+                match self
+                    .get_replica(
+                        view,
+                        &targets[src],
+                        r.bucket.clone(),
+                        r.key.clone(),
+                        deadline,
+                    )
+                    .await
+                {
+                    Ok(s) => {
+                        let c = content_in(Some(&s), &meta);
+                        fetched.insert(src, s);
+                        if c.is_some() {
+                            found = c;
+                            break;
+                        }
+                    }
+                    Err(s) => last_err = Some(s),
+                }
+            }
+            match found {
+                Some(c) => contents.push(c),
+                None => {
+                    return Err(Status::unavailable(format!(
+                        "the value the replicas agreed on could not be read from any of the {} replicas that listed it{}",
+                        f.sources.len(),
+                        last_err.map(|e| format!(": {}", e.message())).unwrap_or_default()
+                    )))
+                }
+            }
+        }
+        Ok(contents)
+    }
+
+    /// Collect the remaining HEADs (until all answered or the deadline), then send the merge to
+    /// every replica that answered with less.
+    async fn read_repair(
+        self: Arc<Self>,
+        repair: Repair,
+        mut tracker: GetTracker,
+        mut rx: UnboundedReceiver<HeadMessage>,
+        mut fetched: Fetched,
+    ) {
+        while !tracker.complete() {
+            match tokio::time::timeout_at(repair.deadline.into(), rx.recv()).await {
+                Ok(Some((i, reply, _, _))) => {
+                    let _ = tracker.add(i, reply);
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let plan = tracker.read_repair();
+        if plan.targets.is_empty() {
+            return;
+        }
+        // The merge needs the content of each of its live siblings.
+        let fetch = tracker.fetch_plan(&plan.merged);
+        let deadline = Instant::now() + self.replicas.default_deadline;
+        let r = Read {
+            bucket: repair.bucket.clone(),
+            key: repair.key.clone(),
+            bucket_type: String::new(),
+            options: ReadOptions::default(),
+            values: true,
+        };
+        let contents = match self
+            .fetch(
+                &repair.view,
+                &repair.targets,
+                &r,
+                &plan.merged,
+                &fetch,
+                &mut fetched,
+                deadline,
+            )
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                log::debug!("read repair skipped: {e}");
+                return;
+            }
+        };
+        let object = match Object::new(plan.merged.clone(), contents) {
+            Ok(o) => Arc::new(o),
+            Err(e) => {
+                log::warn!("read repair skipped: {e}");
+                return;
+            }
+        };
+        for (i, reason) in plan.targets {
+            let t = &repair.targets[i];
+            let res = self
+                .merge_replica(
+                    &repair.view,
+                    t,
+                    repair.bucket.clone(),
+                    repair.key.clone(),
+                    object.clone(),
+                    repair.policy,
+                    Vec::new(),
+                    deadline,
+                )
+                .await;
+            let reason = match reason {
+                levee_cluster::RepairReason::Missing => "missing",
+                levee_cluster::RepairReason::Stale => "stale",
+            };
+            match res {
+                Ok(_) => self.metrics.read_repairs.with_label_values(&[reason]).inc(),
+                Err(e) => log::debug!("read repair of {} p{} failed: {e}", t.node, t.partition),
+            }
+        }
+    }
+}
+
+/// What a read repair needs once the client has its answer.
+struct Repair {
+    view: Arc<ClusterView>,
+    targets: Vec<Target>,
+    bucket: Vec<u8>,
+    key: Vec<u8>,
+    policy: ConflictPolicy,
+    deadline: Instant,
+}
+
+fn content_in(s: Option<&Stored>, meta: &SiblingMeta) -> Option<Content> {
+    s.and_then(|s| s.object.content_of(meta)).cloned()
+}

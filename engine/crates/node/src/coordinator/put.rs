@@ -1,0 +1,289 @@
+//! A coordinated write (PUT or DELETE): the first reachable replica of the preflist — this
+//! node's own when it holds one — makes the write's clock from the client's context and stores
+//! it (`CoordinatePut`); the stored object goes to every other replica (`MergeReplica`) at once.
+//! The client is answered as soon as the `PutTracker` says the quorum is met or out of reach; the
+//! remaining replicas still get the object (a reply after the answer is not waited for).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use levee_cluster::{
+    encode_context, Clock, Content, PutDecision, PutReply, PutTracker, ReplicaRole, WriteOptions,
+};
+use levee_proto::v1 as pb;
+use tonic::Status;
+
+use super::{failure_of, is_request_error, policy_pb, remaining, Coordinator};
+use crate::replica::{object_of, Stored};
+
+/// A client write.
+pub struct Write {
+    pub bucket: Vec<u8>,
+    pub key: Vec<u8>,
+    /// `None`: a delete (a tombstone).
+    pub content: Option<Content>,
+    /// The client's causal context (empty clock: a blind write).
+    pub context: Clock,
+    pub index_changes: Vec<pb::IndexChange>,
+    pub bucket_type: String,
+    pub options: WriteOptions,
+}
+
+/// A write the quorum acknowledged: the object as the coordinating replica stored it.
+pub struct Written {
+    pub stored: Stored,
+}
+
+impl Written {
+    /// The context to pass with the next write of this key.
+    pub fn context(&self) -> Vec<u8> {
+        encode_context(&self.stored.object.siblings.context())
+    }
+}
+
+impl Coordinator {
+    pub async fn put(self: &Arc<Self>, mut w: Write, deadline: Instant) -> Result<Written, Status> {
+        levee_store::validate_object_key(&w.bucket, &w.key).map_err(crate::errors::to_status)?;
+        // Checked here too, so a bad change fails before any replica is written.
+        let changes = crate::kv::changes_from(w.index_changes.clone())?;
+        levee_store::validate_index_changes(&changes).map_err(crate::errors::to_status)?;
+        if let Some(c) = &w.content {
+            if c.value.len() > self.max_value_bytes {
+                return Err(crate::errors::to_status(
+                    levee_store::Error::ValueTooLarge {
+                        size: c.value.len(),
+                        limit: self.max_value_bytes,
+                    },
+                ));
+            }
+            let limit = levee_store::Config::default().max_metadata_bytes;
+            if c.metadata.len() > limit {
+                return Err(crate::errors::to_status(
+                    levee_store::Error::MetadataTooLarge {
+                        size: c.metadata.len(),
+                        limit,
+                    },
+                ));
+            }
+        }
+        let props = self.props(&w.bucket_type)?;
+        let quorum = props
+            .write(&w.options)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let policy = props.conflict;
+        if w.content.is_none()
+            && w.context.is_empty()
+            && policy == levee_cluster::ConflictPolicy::Siblings
+        {
+            // A delete without a context deletes what the key holds now (as Riak's client
+            // does): its context is read first, so the tombstone supersedes those values
+            // instead of becoming one more sibling.
+            let read = super::get::Read {
+                bucket: w.bucket.clone(),
+                key: w.key.clone(),
+                bucket_type: w.bucket_type.clone(),
+                options: levee_cluster::ReadOptions::default(),
+                values: false,
+            };
+            w.context = match self.get(read, deadline).await? {
+                super::get::ReadOutcome::Found { merged, .. } => merged.context(),
+                super::get::ReadOutcome::NotFound { context } => context.unwrap_or_default(),
+            };
+        }
+        let plan = self.plan(&w.bucket, &w.key, props.n_val)?;
+        let targets = plan.targets.targets.clone();
+        let roles = ReplicaRole::of_targets(&plan.targets);
+        let mut tracker = PutTracker::new(quorum, &roles);
+        if let PutDecision::Failed(e) = tracker.decision() {
+            return Err(quorum_status(&e, None));
+        }
+        let mut overload = LastOverload::default();
+        let timestamp_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
+        let context = encode_context(&w.context);
+        // Coordinate on this node's replica if it has one, else on the first target.
+        let mut order: Vec<usize> = (0..targets.len()).collect();
+        if let Some(i) = targets.iter().position(|t| self.is_local(t)) {
+            order.remove(i);
+            order.insert(0, i);
+        }
+        let mut coordinated: Option<(usize, Stored)> = None;
+        let mut refused = Vec::new();
+        for &i in &order {
+            let t = &targets[i];
+            let res = if self.is_local(t) {
+                let (p, b, k, ctx) = (
+                    t.partition,
+                    w.bucket.clone(),
+                    w.key.clone(),
+                    w.context.clone(),
+                );
+                let (content, changes) = (w.content.clone(), changes.clone());
+                self.replicas
+                    .call(p, deadline, move |r| {
+                        r.coordinate_put(p, &b, &k, &ctx, content, timestamp_us, policy, &changes)
+                    })
+                    .await
+                    .map(|s| (s, self.replicas.durable))
+            } else {
+                self.coordinate_remote(&plan.view, t, &w, &context, timestamp_us, policy, deadline)
+                    .await
+            };
+            match res {
+                Ok((stored, durable)) => {
+                    let reply = if durable {
+                        PutReply::Durable
+                    } else {
+                        PutReply::Written
+                    };
+                    let _ = tracker.add(i, reply);
+                    coordinated = Some((i, stored));
+                    break;
+                }
+                Err(s) if is_request_error(&s) => return Err(s),
+                Err(s) => {
+                    log::debug!(
+                        "coordinating a put on {} p{} failed: {s}",
+                        t.node,
+                        t.partition
+                    );
+                    refused.push(i);
+                    overload.note(&s);
+                    if let Ok(PutDecision::Failed(e)) =
+                        tracker.add(i, PutReply::Failed(failure_of(&s)))
+                    {
+                        return Err(quorum_status(&e, overload.0.as_ref()));
+                    }
+                }
+            }
+        }
+        let Some((coordinator, stored)) = coordinated else {
+            return match tracker.decision() {
+                PutDecision::Failed(e) => Err(quorum_status(&e, overload.0.as_ref())),
+                _ => Err(Status::internal("no replica coordinated the write")),
+            };
+        };
+        let object = Arc::new(stored.object.clone());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for &i in &order {
+            if i == coordinator || refused.contains(&i) {
+                continue;
+            }
+            let (me, view, t, tx) = (
+                self.clone(),
+                plan.view.clone(),
+                targets[i].clone(),
+                tx.clone(),
+            );
+            let (b, k, o, ch) = (
+                w.bucket.clone(),
+                w.key.clone(),
+                object.clone(),
+                w.index_changes.clone(),
+            );
+            tokio::spawn(async move {
+                let (reply, err) = match me
+                    .merge_replica(&view, &t, b, k, o, policy, ch, deadline)
+                    .await
+                {
+                    Ok(true) => (PutReply::Durable, None),
+                    Ok(false) => (PutReply::Written, None),
+                    Err(s) => {
+                        log::debug!(
+                            "replicating a put to {} p{} failed: {s}",
+                            t.node,
+                            t.partition
+                        );
+                        (PutReply::Failed(failure_of(&s)), Some(s))
+                    }
+                };
+                let _ = tx.send((i, reply, err));
+            });
+        }
+        drop(tx);
+        let mut decision = tracker.decision();
+        while decision == PutDecision::Wait {
+            decision = match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+                Ok(Some((i, reply, err))) => {
+                    if let Some(s) = &err {
+                        overload.note(s);
+                    }
+                    tracker.add(i, reply).unwrap_or(PutDecision::Wait)
+                }
+                Ok(None) | Err(_) => tracker.expire(),
+            };
+        }
+        match decision {
+            PutDecision::Succeeded(_) => Ok(Written { stored }),
+            PutDecision::Failed(e) => Err(quorum_status(&e, overload.0.as_ref())),
+            PutDecision::Wait => unreachable!("the loop runs until a decision"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn coordinate_remote(
+        self: &Arc<Self>,
+        view: &crate::membership::ClusterView,
+        t: &levee_cluster::Target,
+        w: &Write,
+        context: &[u8],
+        timestamp_us: u64,
+        policy: levee_cluster::ConflictPolicy,
+        deadline: Instant,
+    ) -> Result<(Stored, bool), Status> {
+        let mut client = self.peers.client(self.member(view, t)?)?;
+        let (metadata, value, tombstone) = match &w.content {
+            Some(c) => (c.metadata.clone(), c.value.clone(), false),
+            None => (Vec::new(), Vec::new(), true),
+        };
+        let mut req = tonic::Request::new(pb::CoordinatePutRequest {
+            key: Some(pb::ReplicaKey {
+                partition: t.partition,
+                bucket: w.bucket.clone(),
+                key: w.key.clone(),
+            }),
+            context: context.to_vec(),
+            tombstone,
+            metadata,
+            value,
+            timestamp_us,
+            policy: policy_pb(policy),
+            index_changes: w.index_changes.clone(),
+        });
+        req.set_timeout(remaining(deadline));
+        let r = self.observed(t, client.coordinate_put(req).await)?;
+        let object = object_of(&r.siblings, &r.contents)
+            .map_err(|e| Status::data_loss(format!("member {}: {}", t.node, e.message())))?;
+        Ok((Stored { object, sqn: r.sqn }, r.durable))
+    }
+}
+
+/// The client's error for a quorum that was not met: UNAVAILABLE (the replicas may answer on a
+/// retry), the counts in the message and — when replicas refused for overload — the last
+/// refusal's words and its retry hint.
+pub fn quorum_status(e: &levee_cluster::QuorumError, overload: Option<&Status>) -> Status {
+    match overload.filter(|_| e.is_overload()) {
+        Some(o) => {
+            let mut s = Status::unavailable(format!("{e}: {}", o.message()));
+            if let Some(hint) = o.metadata().get("retry-after-ms") {
+                s.metadata_mut().insert("retry-after-ms", hint.clone());
+            }
+            s
+        }
+        None => Status::unavailable(e.to_string()),
+    }
+}
+
+/// The last overload refusal among replica replies, for [`quorum_status`].
+#[derive(Default, Clone)]
+pub struct LastOverload(pub Option<Status>);
+
+impl LastOverload {
+    pub fn note(&mut self, s: &Status) {
+        if failure_of(s) == levee_cluster::Failure::Overloaded {
+            self.0 = Some(s.clone());
+        }
+    }
+}

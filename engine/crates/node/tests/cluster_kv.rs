@@ -1,0 +1,230 @@
+//! The client API on a cluster of three real `levee serve` processes (local-cluster harness,
+//! n_val 3): any node takes any request for any key, reads see writes made through other nodes,
+//! concurrent writes under the `siblings` policy come back as siblings with one context that
+//! resolves them, the default (`lww`) type keeps the latest, deletes reach every replica, and a
+//! read repairs a replica that missed a write.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{run, Down};
+use levee_cluster::{decode_siblings, SiblingSet};
+use levee_proto::v1 as pb;
+use pb::kv_client::KvClient;
+use pb::node_client::NodeClient;
+use tonic::transport::Channel;
+use tonic::Code;
+
+fn quorum(n: u32) -> Option<pb::Quorum> {
+    Some(pb::Quorum {
+        value: Some(pb::quorum::Value::Count(n)),
+    })
+}
+
+fn put(bt: &str, key: &str, value: &str, context: &[u8]) -> pb::PutRequest {
+    pb::PutRequest {
+        bucket: "b".into(),
+        key: key.into(),
+        value: value.into(),
+        context: context.to_vec(),
+        bucket_type: bt.into(),
+        ..Default::default()
+    }
+}
+
+fn get(bt: &str, key: &str) -> pb::GetRequest {
+    pb::GetRequest {
+        bucket: "b".into(),
+        key: key.into(),
+        bucket_type: bt.into(),
+        ..Default::default()
+    }
+}
+
+fn values(r: &pb::GetResponse) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .siblings
+        .iter()
+        .map(|s| String::from_utf8(s.value.clone()).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every replica's sibling set of (b, key), through each node's `Node` service: the preflist
+/// partitions of the key, each asked of the node that owns it.
+async fn replicas(addrs: &[(String, String)], key: &str) -> Vec<SiblingSet> {
+    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", addrs[0].1))
+        .await
+        .unwrap();
+    let m = admin
+        .members(pb::MembersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let ring = levee_cluster::RingSize::new(m.ring_size).unwrap();
+    let first = levee_cluster::partition_of(b"b", key.as_bytes(), ring);
+    let mut out = Vec::new();
+    for i in 0..m.n_val {
+        let p = (first + i) % m.ring_size;
+        let owner = &m.owners[p as usize];
+        let addr = &addrs.iter().find(|(n, _)| n == owner).unwrap().1;
+        let mut node = NodeClient::connect(format!("http://{addr}")).await.unwrap();
+        let h = node
+            .head_replica(pb::ReplicaKey {
+                partition: p,
+                bucket: "b".into(),
+                key: key.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        out.push(decode_siblings(&h.siblings).unwrap());
+    }
+    out
+}
+
+/// Polls until every replica of `key` holds the same non-empty sibling set.
+async fn converged(addrs: &[(String, String)], key: &str) -> SiblingSet {
+    let start = Instant::now();
+    loop {
+        let sets = replicas(addrs, key).await;
+        if !sets[0].is_empty() && sets.iter().all(|s| *s == sets[0]) {
+            return sets[0].clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "replicas of {key} never converged: {sets:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn up(dir: &std::path::Path) -> Vec<(String, String)> {
+    let out = run(&[
+        "up",
+        dir.to_str().unwrap(),
+        "3",
+        "--ring-size",
+        "16",
+        "--n-val",
+        "3",
+    ]);
+    out.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string())
+        })
+        .collect()
+}
+
+async fn kv(addr: &str) -> KvClient<Channel> {
+    KvClient::connect(format!("http://{addr}")).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_node_serves_any_key_with_siblings_contexts_lww_deletes_and_read_repair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(dir.clone());
+    let nodes = up(&dir);
+    let mut c: Vec<KvClient<Channel>> = Vec::new();
+    for (_, a) in &nodes {
+        c.push(kv(a).await);
+    }
+
+    // Written through n1, read through n2 and n3; every replica holds it.
+    let p = c[0]
+        .put(put("", "k", "v1", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!p.context.is_empty());
+    for kvc in c.iter_mut() {
+        let g = kvc.get(get("", "k")).await.unwrap().into_inner();
+        assert_eq!((g.value.as_slice(), values(&g).len()), (&b"v1"[..], 1));
+    }
+    assert_eq!(converged(&nodes, "k").await.len(), 1);
+
+    // Default type (lww): blind writes through two nodes leave one value, the later one.
+    c[1].put(put("", "k", "v2", &[])).await.unwrap();
+    c[2].put(put("", "k", "v3", &[])).await.unwrap();
+    let g = c[0].get(get("", "k")).await.unwrap().into_inner();
+    assert_eq!(values(&g), ["v3"]);
+
+    // "siblings" type: blind writes through three nodes are concurrent: all three come back,
+    // through any node, with one context; a write with that context replaces them all.
+    for (i, v) in ["a", "b", "c"].iter().enumerate() {
+        c[i].put(put("siblings", "s", v, &[])).await.unwrap();
+    }
+    let g = c[1].get(get("siblings", "s")).await.unwrap().into_inner();
+    assert_eq!(values(&g), ["a", "b", "c"], "{g:?}");
+    let r = c[2]
+        .put(pb::PutRequest {
+            return_body: true,
+            ..put("siblings", "s", "resolved", &g.context)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.siblings.len(), 1);
+    for kvc in c.iter_mut() {
+        let g = kvc.get(get("siblings", "s")).await.unwrap().into_inner();
+        assert_eq!(values(&g), ["resolved"]);
+    }
+    // A write with a stale context (it saw only "a"... here: the first GET's) is concurrent with
+    // the resolution: a sibling, not a silent overwrite.
+    c[0].put(put("siblings", "s", "stale", &g.context))
+        .await
+        .unwrap();
+    let g2 = c[0].get(get("siblings", "s")).await.unwrap().into_inner();
+    assert_eq!(values(&g2), ["resolved", "stale"]);
+
+    // A delete (blind: it reads the context first) reaches every node; the NOT_FOUND carries
+    // the delete's context.
+    c[1].delete(pb::DeleteRequest {
+        bucket: "b".into(),
+        key: "s".into(),
+        bucket_type: "siblings".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for kvc in c.iter_mut() {
+        let e = kvc.get(get("siblings", "s")).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e:?}");
+        assert!(e.metadata().get_bin("levee-context-bin").is_some());
+    }
+    assert!(converged(&nodes, "s").await.is_tombstone_only());
+
+    // Quorum options are checked: w above n_val is refused before anything is written.
+    let e = c[0]
+        .put(pb::PutRequest {
+            w: quorum(4),
+            ..put("", "q", "x", &[])
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("w=4"), "{e:?}");
+    let e = c[0].get(get("nosuch", "q")).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(c[0].get(get("", "q")).await.unwrap_err().code() == Code::NotFound);
+
+    // Read repair: a replica that missed a write (its node was down, w=2 met without it) gets
+    // it from the next read.
+    run(&["kill", dir.to_str().unwrap(), "n3"]);
+    c[0].put(put("", "rr", "while-n3-down", &[])).await.unwrap();
+    run(&["start", dir.to_str().unwrap(), "n3"]);
+    let sets = replicas(&nodes, "rr").await;
+    assert_eq!(
+        sets.iter().filter(|s| s.is_empty()).count(),
+        1,
+        "n3 missed the write: {sets:?}"
+    );
+    let mut n3 = kv(&nodes[2].1).await;
+    let g = n3.get(get("", "rr")).await.unwrap().into_inner();
+    assert_eq!(g.value, b"while-n3-down");
+    assert_eq!(converged(&nodes, "rr").await.len(), 1);
+}

@@ -60,7 +60,8 @@ pub use quorum::{
 pub use ring::claim::{Claim, ClaimMember, ClaimReport, Move, Transition};
 pub use ring::hash::partition_of;
 pub use ring::preflist::{
-    preflist_of_key, primary_preflist, targets, targets_n, Replica, Role, Target, Targets,
+    hint_holders, preflist_of_key, primary_preflist, targets, targets_n, Replica, Role, Target,
+    Targets,
 };
 pub use ring::ring_file::{ensure_ring_size, RingFileError, RingSizeCheck};
 pub use ring::{Partition, RingError, RingParams, RingSize};

@@ -22,6 +22,7 @@
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
 //!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
+//! [handoff]     max_bytes_per_sec (32 MiB/s): hinted handoff's throttle per transfer
 //! [limits]      vnode_concurrency (4), vnode_queue (64), default_deadline_ms (2000): overload
 //!               protection, see `admission.rs` — each vnode runs at most vnode_concurrency engine
 //!               calls at once and queues at most vnode_queue more; a request that cannot start
@@ -57,6 +58,7 @@ pub struct NodeConfig {
     pub tls: Option<TlsSection>,
     pub membership: MembershipSection,
     pub limits: LimitsSection,
+    pub handoff: HandoffSection,
     /// Request defaults per bucket type, as written (see [`NodeConfig::bucket_types`]).
     pub bucket_types: std::collections::BTreeMap<String, toml::Table>,
 }
@@ -137,6 +139,22 @@ impl Default for TlsSection {
 pub struct MembershipSection {
     /// Member addresses (`host:port`, or `name=host:port`).
     pub members: Vec<String>,
+}
+
+/// Hinted handoff (see `handoff.rs`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HandoffSection {
+    /// Bytes per second one transfer sends to a returning owner (0: unthrottled).
+    pub max_bytes_per_sec: u64,
+}
+
+impl Default for HandoffSection {
+    fn default() -> Self {
+        HandoffSection {
+            max_bytes_per_sec: 32 << 20,
+        }
+    }
 }
 
 /// Overload protection (see `admission.rs`).
@@ -230,6 +248,7 @@ impl Default for NodeConfig {
             tls: None,
             membership: MembershipSection::default(),
             limits: LimitsSection::default(),
+            handoff: HandoffSection::default(),
             bucket_types: Default::default(),
         }
     }

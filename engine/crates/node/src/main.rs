@@ -9,6 +9,7 @@ mod cli;
 mod config;
 mod coordinator;
 mod errors;
+mod handoff;
 mod kv;
 mod membership;
 mod metrics;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 
 use crate::vnodes::Vnodes;
 
@@ -17,6 +17,10 @@ pub struct Metrics {
     pub duration: HistogramVec,
     /// Replicas a read found missing or stale and sent the merge to, by reason.
     pub read_repairs: IntCounterVec,
+    /// Hints of writes stored for unreachable primaries.
+    pub hints: IntCounter,
+    /// Objects handed back to their primaries (hinted handoff).
+    pub handoff_objects: IntCounter,
 }
 
 impl Metrics {
@@ -54,6 +58,20 @@ impl Metrics {
             read_repairs.with_label_values(&[reason]);
         }
         registry.register(Box::new(read_repairs.clone())).unwrap();
+        let hints = IntCounter::new(
+            "levee_hints_written_total",
+            "Hints of writes this node's coordinator stored on another node for an unreachable primary",
+        )
+        .unwrap();
+        let handoff_objects = IntCounter::new(
+            "levee_handoff_objects_total",
+            "Objects this node handed back to their primaries and dropped (hinted handoff)",
+        )
+        .unwrap();
+        registry.register(Box::new(hints.clone())).unwrap();
+        registry
+            .register(Box::new(handoff_objects.clone()))
+            .unwrap();
         registry.register(Box::new(requests.clone())).unwrap();
         registry.register(Box::new(duration.clone())).unwrap();
         // Pre-create the label sets so every op appears from the first scrape.
@@ -75,6 +93,8 @@ impl Metrics {
             requests,
             duration,
             read_repairs,
+            hints,
+            handoff_objects,
         }
     }
 

@@ -272,6 +272,32 @@ impl Replicas {
     }
 }
 
+impl Replicas {
+    /// Drop the replica if it still holds exactly `set` (it was handed to its primary and no
+    /// write came in since). Returns whether it was dropped.
+    pub fn remove_if_unchanged(
+        &self,
+        partition: u32,
+        bucket: &[u8],
+        key: &[u8],
+        set: &SiblingSet,
+    ) -> Result<bool, Status> {
+        let _key = self.lock(partition, bucket, key).lock();
+        if self.head(partition, bucket, key)? != *set {
+            return Ok(false);
+        }
+        self.store(partition)?
+            .delete(bucket, key, &[], &[])
+            .map_err(to_status)?;
+        Ok(true)
+    }
+
+    /// The store of `partition` (for folds).
+    pub fn vnode_store(&self, partition: u32) -> Result<Arc<Store>, Status> {
+        self.store(partition).cloned()
+    }
+}
+
 fn damaged(partition: u32, e: impl std::fmt::Display) -> Status {
     Status::data_loss(format!(
         "partition {partition}: the stored object is not a replica object: {e}"

@@ -105,6 +105,13 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
             .collect::<Vec<_>>()
             .join(", ")
     );
+    tokio::spawn(
+        Arc::new(crate::handoff::Handoff::new(
+            coordinator.clone(),
+            cfg.handoff.max_bytes_per_sec,
+        ))
+        .run(),
+    );
     let node = NodeService { replicas };
     let kv = KvService {
         coordinator,

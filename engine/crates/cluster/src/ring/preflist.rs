@@ -146,6 +146,47 @@ pub fn targets_n(
     Ok(out)
 }
 
+/// Where to keep a *hint* of each replica in `missed` (primaries of the preflist at `partition`
+/// that did not get a write: uncovered by [`targets_n`], or unreachable when written): walking on
+/// round the ring from `partition + n_val`, the owner of the next partition that is up, is not
+/// `missed`'s own node, and holds no hint yet — a node that already holds another replica of the
+/// key may be chosen. A hint is not a replica: it counts toward no quorum, and its holder hands
+/// it to the primary when that returns (hinted handoff). It keeps a write that only `w` of `n_val`
+/// replicas took from having only `w` copies while a primary is down. `None` for a replica no
+/// node can hold (every other node down).
+pub fn hint_holders(
+    claim: &Claim,
+    partition: Partition,
+    n_val: u32,
+    down: &BTreeSet<String>,
+    missed: &[Replica],
+) -> Vec<Option<Target>> {
+    let r = claim.ring_size().get();
+    let mut holding: BTreeSet<&str> = BTreeSet::new();
+    missed
+        .iter()
+        .map(|m| {
+            let holder = (n_val..n_val + r)
+                .map(|i| claim.owner((partition + i) % r))
+                .find(|n| *n != m.node && !down.contains(*n) && !holding.contains(n))
+                .or_else(|| {
+                    // Fewer nodes up than hints: one node may hold several.
+                    (n_val..n_val + r)
+                        .map(|i| claim.owner((partition + i) % r))
+                        .find(|n| *n != m.node && !down.contains(*n))
+                })?;
+            holding.insert(holder);
+            Some(Target {
+                partition: m.partition,
+                node: holder.to_string(),
+                role: Role::Fallback {
+                    primary: m.node.clone(),
+                },
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +301,62 @@ mod tests {
                 Err(RingError::PreflistLongerThanClaim { .. })
             ));
         }
+    }
+
+    #[test]
+    fn hints_go_to_the_next_live_node_even_one_holding_a_replica() {
+        // Three members, n_val 3: no node outside the preflist, so a down primary's replica is
+        // uncovered, and its hint goes to the next live node round the ring.
+        let c = claim("abcabcab", 3);
+        let miss = |p: u32| Replica {
+            partition: p,
+            node: c.owner(p).to_string(),
+        };
+        let show = |h: Vec<Option<Target>>| -> Vec<String> {
+            h.into_iter()
+                .map(|t| t.map_or("-".into(), |t| format!("{}@{}", t.node, t.partition)))
+                .collect()
+        };
+        let cases: &[(&[&str], &[u32], &[&str])] = &[
+            // c down: preflist at 0 is a b c; the walk from 3 meets a first.
+            (&["c"], &[2], &["a@2"]),
+            // a down: the walk from 3 meets a (down), then b.
+            (&["a"], &[0], &["b@0"]),
+            // b and c down: both hints to a, the only live node.
+            (&["b", "c"], &[1, 2], &["a@1", "a@2"]),
+            // c unreachable though not yet marked down: the hint still avoids c itself.
+            (&[], &[2], &["a@2"]),
+            // Everyone but the missed node down: nowhere to keep it.
+            (&["a", "b"], &[2], &["-"]),
+        ];
+        for &(d, missed, want) in cases {
+            let missed: Vec<Replica> = missed.iter().map(|&p| miss(p)).collect();
+            assert_eq!(
+                show(hint_holders(&c, 0, 3, &down(d), &missed)),
+                want,
+                "down {d:?}"
+            );
+        }
+        // With a node outside the preflist, the hint goes there first (d), then on.
+        let c = claim("abcdeabc", 3);
+        let h = hint_holders(
+            &c,
+            0,
+            3,
+            &down(&["b", "c"]),
+            &[
+                Replica {
+                    partition: 1,
+                    node: "b".into(),
+                },
+                Replica {
+                    partition: 2,
+                    node: "c".into(),
+                },
+            ],
+        );
+        let nodes: Vec<String> = h.into_iter().map(|t| t.unwrap().node).collect();
+        assert_eq!(nodes, ["d", "e"]);
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct Coordinator {
 /// The replicas of one request: where each goes, and the member list they were chosen from.
 pub struct Plan {
     pub view: Arc<ClusterView>,
+    /// The key's partition: its preflist starts there.
+    pub partition: u32,
+    pub n_val: u32,
     pub targets: Targets,
 }
 
@@ -106,7 +109,12 @@ impl Coordinator {
         let partition = levee_cluster::partition_of(bucket, key, view.claim.ring_size());
         let targets = targets_n(&view.claim, partition, n_val, &self.peers.down())
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
-        Ok(Plan { view, targets })
+        Ok(Plan {
+            view,
+            partition,
+            n_val,
+            targets,
+        })
     }
 
     fn is_local(&self, t: &Target) -> bool {

@@ -8,13 +8,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use levee_cluster::{
-    encode_context, Clock, Content, PutDecision, PutReply, PutTracker, ReplicaRole, WriteOptions,
+    encode_context, hint_holders, Clock, Content, PutDecision, PutReply, PutTracker, Replica,
+    ReplicaRole, Role, WriteOptions,
 };
 use levee_proto::v1 as pb;
 use tonic::Status;
 
 use super::{failure_of, is_request_error, policy_pb, remaining, Coordinator};
 use crate::replica::{object_of, Stored};
+
+/// What a hint of one write carries.
+#[derive(Clone)]
+struct Hint {
+    view: Arc<crate::membership::ClusterView>,
+    partition: u32,
+    n_val: u32,
+    bucket: Vec<u8>,
+    key: Vec<u8>,
+    object: Arc<levee_cluster::Object>,
+    policy: levee_cluster::ConflictPolicy,
+    index_changes: Vec<pb::IndexChange>,
+}
 
 /// A client write.
 pub struct Write {
@@ -111,6 +125,8 @@ impl Coordinator {
         }
         let mut coordinated: Option<(usize, Stored)> = None;
         let mut refused = Vec::new();
+        // Primaries whose node could not be reached: they get a hint (below).
+        let mut unreachable = Vec::new();
         for &i in &order {
             let t = &targets[i];
             let res = if self.is_local(t) {
@@ -150,6 +166,9 @@ impl Coordinator {
                         t.partition
                     );
                     refused.push(i);
+                    if crate::peers::is_unreachable(&s) && targets[i].role == Role::Primary {
+                        unreachable.push(i);
+                    }
                     overload.note(&s);
                     if let Ok(PutDecision::Failed(e)) =
                         tracker.add(i, PutReply::Failed(failure_of(&s)))
@@ -166,6 +185,24 @@ impl Coordinator {
             };
         };
         let object = Arc::new(stored.object.clone());
+        let hint = Hint {
+            view: plan.view.clone(),
+            partition: plan.partition,
+            n_val: plan.n_val,
+            bucket: w.bucket.clone(),
+            key: w.key.clone(),
+            object: object.clone(),
+            policy,
+            index_changes: w.index_changes.clone(),
+        };
+        let mut missed = plan.targets.uncovered.clone();
+        missed.extend(unreachable.iter().map(|&i| Replica {
+            partition: targets[i].partition,
+            node: targets[i].node.clone(),
+        }));
+        if !missed.is_empty() {
+            tokio::spawn(self.clone().send_hints(hint.clone(), missed));
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for &i in &order {
             if i == coordinator || refused.contains(&i) {
@@ -219,6 +256,47 @@ impl Coordinator {
             PutDecision::Succeeded(_) => Ok(Written { stored }),
             PutDecision::Failed(e) => Err(quorum_status(&e, overload.0.as_ref())),
             PutDecision::Wait => unreachable!("the loop runs until a decision"),
+        }
+    }
+
+    /// Keep a hint of the write for each replica in `missed` on another live node
+    /// (`levee_cluster::hint_holders`), which hands it to the primary when it is back
+    /// (`handoff.rs`). Best effort: a hint counts toward no quorum.
+    async fn send_hints(self: Arc<Self>, h: Hint, missed: Vec<Replica>) {
+        let mut down = self.peers.down();
+        down.extend(missed.iter().map(|m| m.node.clone()));
+        let holders = hint_holders(&h.view.claim, h.partition, h.n_val, &down, &missed);
+        let deadline = Instant::now() + self.replicas.default_deadline;
+        for (m, holder) in missed.iter().zip(holders) {
+            let Some(t) = holder else {
+                log::debug!(
+                    "no live node can hold a hint for {} p{}",
+                    m.node,
+                    m.partition
+                );
+                continue;
+            };
+            let res = self
+                .merge_replica(
+                    &h.view,
+                    &t,
+                    h.bucket.clone(),
+                    h.key.clone(),
+                    h.object.clone(),
+                    h.policy,
+                    h.index_changes.clone(),
+                    deadline,
+                )
+                .await;
+            match res {
+                Ok(_) => self.metrics.hints.inc(),
+                Err(e) => log::debug!(
+                    "hint for {} p{} on {} failed: {e}",
+                    m.node,
+                    m.partition,
+                    t.node
+                ),
+            }
         }
     }
 

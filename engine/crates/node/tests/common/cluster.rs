@@ -3,6 +3,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+use levee_cluster::{decode_siblings, SiblingSet};
+use levee_proto::v1 as pb;
+use pb::node_client::NodeClient;
 
 fn harness() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../hack/local-cluster.sh")
@@ -35,4 +40,72 @@ impl Drop for Down {
             .args(["down", self.0.to_str().unwrap()])
             .status();
     }
+}
+
+/// Every replica's sibling set of (b, key), through each node's `Node` service: the preflist
+/// partitions of the key, each asked of the node that owns it.
+pub async fn replicas(addrs: &[(String, String)], key: &str) -> Vec<SiblingSet> {
+    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", addrs[0].1))
+        .await
+        .unwrap();
+    let m = admin
+        .members(pb::MembersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let ring = levee_cluster::RingSize::new(m.ring_size).unwrap();
+    let first = levee_cluster::partition_of(b"b", key.as_bytes(), ring);
+    let mut out = Vec::new();
+    for i in 0..m.n_val {
+        let p = (first + i) % m.ring_size;
+        let owner = &m.owners[p as usize];
+        let addr = &addrs.iter().find(|(n, _)| n == owner).unwrap().1;
+        let mut node = NodeClient::connect(format!("http://{addr}")).await.unwrap();
+        let h = node
+            .head_replica(pb::ReplicaKey {
+                partition: p,
+                bucket: "b".into(),
+                key: key.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        out.push(decode_siblings(&h.siblings).unwrap());
+    }
+    out
+}
+
+/// Polls until every replica of `key` holds the same non-empty sibling set.
+pub async fn converged(addrs: &[(String, String)], key: &str) -> SiblingSet {
+    let start = Instant::now();
+    loop {
+        let sets = replicas(addrs, key).await;
+        if !sets[0].is_empty() && sets.iter().all(|s| *s == sets[0]) {
+            return sets[0].clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "replicas of {key} never converged: {sets:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `up` three nodes (ring 16, n_val 3) in `dir`: (name, gRPC address) of each.
+pub fn up(dir: &std::path::Path) -> Vec<(String, String)> {
+    let out = run(&[
+        "up",
+        dir.to_str().unwrap(),
+        "3",
+        "--ring-size",
+        "16",
+        "--n-val",
+        "3",
+    ]);
+    out.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string())
+        })
+        .collect()
 }

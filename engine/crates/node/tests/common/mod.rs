@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod cluster;
+pub mod history;
+pub mod proxy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};

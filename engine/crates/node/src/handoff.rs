@@ -1,0 +1,206 @@
+//! Hinted handoff, the sending side: what this node holds in vnodes it does not own — hints a
+//! coordinator left here for an unreachable primary (`coordinator/put.rs`), or writes it took as
+//! a fallback — goes back to the partition's owner once the owner is up, and is then dropped
+//! here.
+//!
+//! Every `PASS_EVERY`, each vnode this node does not own and that changed since it was last seen
+//! empty is folded (one snapshot per pass) in batches of `BATCH_OBJECTS`: each object is merged
+//! into the owner's replica (`MergeReplica`, the same merge a write uses, so a handoff never
+//! undoes a newer write there), and once the whole batch is acknowledged each object is dropped
+//! here if no write changed it meanwhile. A batch that fails stops the vnode's transfer until
+//! the next pass, which starts again from what is still here — the transfer resumes, it never
+//! restarts from scratch, and nothing is dropped before its owner has it. Transfers are
+//! throttled to `max_bytes_per_sec` (config `[handoff]`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use levee_cluster::{decode_contents, decode_siblings, Object, Role, SiblingSet, Target};
+use levee_store::{FoldOrder, FoldedObject, SnapshotKind};
+use parking_lot::Mutex;
+use tonic::Status;
+
+use crate::coordinator::Coordinator;
+
+const PASS_EVERY: Duration = Duration::from_secs(1);
+const BATCH_OBJECTS: usize = 64;
+
+/// A fold kept between batches: its snapshot and iterator.
+type Fold = (
+    levee_store::Snapshot,
+    Box<dyn Iterator<Item = Result<FoldedObject, levee_store::Error>> + Send>,
+);
+
+pub struct Handoff {
+    pub coordinator: Arc<Coordinator>,
+    /// Bytes per second a transfer may send (0: unthrottled).
+    pub max_bytes_per_sec: u64,
+    /// Per vnode: its last journal sequence number when a pass found nothing to hand off.
+    clean: Mutex<Vec<Option<u64>>>,
+}
+
+/// One object to hand off: its place, the object and the sibling set it was read with.
+struct Item {
+    bucket: Vec<u8>,
+    key: Vec<u8>,
+    object: Arc<Object>,
+    set: SiblingSet,
+    bytes: u64,
+}
+
+impl Handoff {
+    pub fn new(coordinator: Arc<Coordinator>, max_bytes_per_sec: u64) -> Handoff {
+        let n = coordinator.vnodes.stores.len();
+        Handoff {
+            coordinator,
+            max_bytes_per_sec,
+            clean: Mutex::new(vec![None; n]),
+        }
+    }
+
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(PASS_EVERY).await;
+            self.pass().await;
+        }
+    }
+
+    /// One look at every vnode this node does not own.
+    async fn pass(&self) {
+        let c = &self.coordinator;
+        let view = c.vnodes.membership.view();
+        let me = &c.peers.self_name;
+        let down = c.peers.down();
+        for (p, store) in c.vnodes.stores.iter().enumerate() {
+            let owner = view.claim.owner(p as u32);
+            if owner == me || down.contains(owner) {
+                continue;
+            }
+            let sqn = store.stats().last_sqn;
+            if self.clean.lock()[p] == Some(sqn) {
+                continue;
+            }
+            let target = Target {
+                partition: p as u32,
+                node: owner.to_string(),
+                role: Role::Primary,
+            };
+            match self.transfer(&view, &target).await {
+                Ok(0) => {
+                    self.clean.lock()[p] = Some(store.stats().last_sqn);
+                }
+                Ok(n) => {
+                    log::info!("handoff: p{p}: {n} objects handed to {owner}");
+                    self.clean.lock()[p] = Some(store.stats().last_sqn);
+                }
+                Err(e) => log::info!("handoff: p{p} to {owner} stopped, retried later: {e}"),
+            }
+        }
+    }
+
+    /// Hand every object of vnode `t.partition` to `t.node`; the number handed off.
+    async fn transfer(
+        &self,
+        view: &Arc<crate::membership::ClusterView>,
+        t: &Target,
+    ) -> Result<u64, Status> {
+        let c = &self.coordinator;
+        let store = c.replicas.vnode_store(t.partition)?;
+        let mut fold: Option<Fold> = None;
+        let mut handed = 0u64;
+        let started = Instant::now();
+        let mut sent_bytes = 0u64;
+        loop {
+            let st = store.clone();
+            let partition = t.partition;
+            let (batch, rest) =
+                tokio::task::spawn_blocking(move || next_batch(&st, fold, partition))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))??;
+            fold = rest;
+            if batch.is_empty() {
+                return Ok(handed);
+            }
+            let deadline = Instant::now() + c.replicas.default_deadline;
+            let sends = batch.iter().map(|it| {
+                c.merge_replica(
+                    view,
+                    t,
+                    it.bucket.clone(),
+                    it.key.clone(),
+                    it.object.clone(),
+                    levee_cluster::ConflictPolicy::Siblings,
+                    Vec::new(),
+                    deadline,
+                )
+            });
+            for r in futures_util::future::join_all(sends).await {
+                r?;
+            }
+            for it in batch {
+                let (b, k, set, p) = (it.bucket, it.key, it.set, t.partition);
+                let dropped = c
+                    .replicas
+                    .call(p, deadline, move |r| r.remove_if_unchanged(p, &b, &k, &set))
+                    .await?;
+                if dropped {
+                    handed += 1;
+                    c.metrics.handoff_objects.inc();
+                }
+                sent_bytes += it.bytes;
+            }
+            if self.max_bytes_per_sec > 0 {
+                let due =
+                    Duration::from_secs_f64(sent_bytes as f64 / self.max_bytes_per_sec as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+}
+
+/// The next batch of objects of a vnode's fold (started on the first call).
+fn next_batch(
+    store: &levee_store::Store,
+    fold: Option<Fold>,
+    partition: u32,
+) -> Result<(Vec<Item>, Option<Fold>), Status> {
+    let (snap, mut objects) = match fold {
+        Some(f) => f,
+        None => {
+            let snap = store
+                .snapshot(SnapshotKind::Fold)
+                .map_err(crate::errors::to_status)?;
+            let objects = Box::new(
+                snap.fold_objects(None, FoldOrder::Key)
+                    .map_err(crate::errors::to_status)?,
+            );
+            (snap, objects as _)
+        }
+    };
+    let mut batch = Vec::new();
+    while batch.len() < BATCH_OBJECTS {
+        let Some(o) = objects.next() else {
+            return Ok((batch, None));
+        };
+        let o = o.map_err(crate::errors::to_status)?;
+        let damaged = |e: String| {
+            Status::data_loss(format!(
+                "handoff: p{partition}: an object is not a replica object: {e}"
+            ))
+        };
+        let set = decode_siblings(&o.object.metadata).map_err(|e| damaged(e.to_string()))?;
+        let contents = decode_contents(&o.object.value).map_err(|e| damaged(e.to_string()))?;
+        let bytes = (o.object.value.len() + o.object.metadata.len()) as u64;
+        let object = Object::new(set.clone(), contents).map_err(|e| damaged(e.to_string()))?;
+        batch.push(Item {
+            bucket: o.bucket,
+            key: o.key,
+            object: Arc::new(object),
+            set,
+            bytes,
+        });
+    }
+    Ok((batch, Some((snap, objects))))
+}

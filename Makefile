@@ -7,7 +7,7 @@ CARGO ?= cargo
 ENGINE := engine
 CRASH_KILLS ?= 50
 
-.PHONY: all deps sys-deps build test demo cluster-demo demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
+.PHONY: all deps sys-deps build test demo cluster-demo bench-cluster demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
         manifests engine-test operator-test terraform-test clean
 
 # Debian packages outside the Rust/Go toolchains: the benchmark peers (RocksDB, LevelDB, libclang for
@@ -61,6 +61,11 @@ demo: deps bench-demo
 cluster-demo: deps
 	cd $(ENGINE) && $(CARGO) build --release -p levee-node
 	hack/cluster-demo.sh
+
+## bench-cluster: levee-bench over gRPC against one node (n_val 1) and a 3-node local cluster (n_val 3, w=r=2); ops/s and node CPU per op
+bench-cluster: deps
+	cd $(ENGINE) && $(CARGO) build --release -p levee-node -p levee-bench
+	hack/cluster-bench.sh
 
 ## demo-engine: open a store in a temp dir and run a seed-like workload (8 KB values, pareto keys, 5 GET : 1 UPDATE)
 DEMO_SECS ?= 30

@@ -361,7 +361,7 @@ impl Driver for Fjall {
     }
 }
 
-/// A running levee node over gRPC.
+/// A running levee node — or several members of one cluster — over gRPC.
 pub struct Grpc {
     rt: tokio::runtime::Runtime,
     /// A few HTTP/2 connections; each worker thread sticks to one, so one connection's flow
@@ -373,18 +373,22 @@ pub struct Grpc {
 const GRPC_CONNECTIONS: usize = 4;
 
 impl Grpc {
-    fn connect(addr: &str) -> Result<Grpc> {
+    /// `addrs`: one address, or several separated by commas (members of one cluster: each
+    /// gets `GRPC_CONNECTIONS` connections and the workers spread over all of them, as clients
+    /// behind a Service would).
+    fn connect(addrs: &str) -> Result<Grpc> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let uri = if addr.contains("://") {
-            addr.to_string()
-        } else {
-            format!("http://{addr}")
-        };
         let mut clients = Vec::with_capacity(GRPC_CONNECTIONS);
-        for _ in 0..GRPC_CONNECTIONS {
+        let every = (0..GRPC_CONNECTIONS).flat_map(|_| addrs.split(',').map(str::trim));
+        for addr in every {
+            let uri = if addr.contains("://") {
+                addr.to_string()
+            } else {
+                format!("http://{addr}")
+            };
             // Windows well above the 64 KiB HTTP/2 default: 16 workers moving 8-16 KB values
             // over one connection would otherwise wait for WINDOW_UPDATEs.
             let endpoint = tonic::transport::Endpoint::from_shared(uri.clone())

@@ -42,6 +42,21 @@ pub enum ReadOutcome {
     NotFound { context: Option<Clock> },
 }
 
+/// How many times a read starts again when the value moved on under it.
+const READ_ATTEMPTS: u32 = 4;
+
+/// The value moved on between HEAD and fetch (internal: the read starts again).
+fn moved() -> Status {
+    let mut s = Status::aborted("the value changed between HEAD and fetch");
+    s.metadata_mut()
+        .insert("levee-moved", "1".parse().expect("ascii"));
+    s
+}
+
+fn is_moved(s: &Status) -> bool {
+    s.code() == tonic::Code::Aborted && s.metadata().get("levee-moved").is_some()
+}
+
 /// A replica's HEAD: target index, reply, the object's sequence number, the error if it failed.
 type HeadMessage = (usize, HeadReply, u64, Option<Status>);
 
@@ -49,7 +64,30 @@ type HeadMessage = (usize, HeadReply, u64, Option<Status>);
 type Fetched = HashMap<usize, Stored>;
 
 impl Coordinator {
+    /// A read. When a value the HEADs agreed on is gone by the time it is fetched (a write
+    /// replaced it in between), the read starts again from the HEADs, up to `READ_ATTEMPTS`
+    /// times.
     pub async fn get(self: &Arc<Self>, r: Read, deadline: Instant) -> Result<ReadOutcome, Status> {
+        let mut attempt = 1;
+        loop {
+            match self.get_once(&r, deadline).await {
+                Err(s) if is_moved(&s) && attempt < READ_ATTEMPTS => attempt += 1,
+                Err(s) if is_moved(&s) => {
+                    return Err(Status::unavailable(format!(
+                        "the key changed between the replicas' HEADs and the value's fetch on \
+                         {READ_ATTEMPTS} attempts in a row (heavy concurrent writes); retry"
+                    )))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn get_once(
+        self: &Arc<Self>,
+        r: &Read,
+        deadline: Instant,
+    ) -> Result<ReadOutcome, Status> {
         levee_store::validate_object_key(&r.bucket, &r.key).map_err(crate::errors::to_status)?;
         let props = self.props(&r.bucket_type)?;
         let quorum = props
@@ -109,7 +147,7 @@ impl Coordinator {
                     self.fetch(
                         &plan.view,
                         &targets,
-                        &r,
+                        r,
                         &merged,
                         &fetch,
                         &mut fetched,
@@ -138,8 +176,8 @@ impl Coordinator {
         let repair = Repair {
             view: plan.view,
             targets,
-            bucket: r.bucket,
-            key: r.key,
+            bucket: r.bucket.clone(),
+            key: r.key.clone(),
             policy: props.conflict,
             deadline,
         };
@@ -196,6 +234,8 @@ impl Coordinator {
             }
             match found {
                 Some(c) => contents.push(c),
+                // Every source answered, none holds it any more: a write replaced it.
+                None if last_err.is_none() => return Err(moved()),
                 None => {
                     return Err(Status::unavailable(format!(
                         "the value the replicas agreed on could not be read from any of the {} replicas that listed it{}",

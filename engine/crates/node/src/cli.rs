@@ -582,6 +582,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                 page_size: 1000,
                 max_results,
                 continuation: Vec::new(),
+                ..Default::default()
             };
             let mut stream = KvClient::new(channel(&conn).await?)
                 .index_query(req)
@@ -613,6 +614,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                 .list_keys(pb::ListKeysRequest {
                     bucket: bucket.into_bytes(),
                     page_size: 1000,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();

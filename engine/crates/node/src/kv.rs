@@ -11,30 +11,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use levee_proto::v1 as pb;
-use levee_store::{IndexChange, IndexQuery, Store, Term};
+use levee_store::{IndexChange, Term};
 use tokio_stream::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use levee_cluster::{
-    decode_context, decode_siblings, encode_context, Clock, Content, QuorumValue, ReadOptions,
-    SiblingKind, SiblingSet, WriteOptions,
+    decode_context, encode_context, query_hash, Clock, Content, Continuation, ContinuationError,
+    QuorumValue, ReadOptions, SiblingKind, SiblingSet, WriteOptions,
 };
 
-use crate::admission::{self, Admission, Rejection};
+use crate::admission;
 use crate::coordinator::get::{Read, ReadOutcome};
 use crate::coordinator::put::Write;
 use crate::coordinator::Coordinator;
-use crate::errors::to_status;
 use crate::metrics::Metrics;
-use crate::vnodes::Vnodes;
 
 pub struct KvService {
     pub coordinator: Arc<Coordinator>,
-    pub vnodes: Arc<Vnodes>,
     pub metrics: Arc<Metrics>,
-    /// Per-vnode bounded admission of engine calls (overload protection).
-    pub admission: Arc<Admission>,
     /// How long a request without a client deadline may wait to start.
     pub default_deadline: Duration,
 }
@@ -143,79 +138,6 @@ fn client_timeout(meta: &MetadataMap) -> Option<Duration> {
         .and_then(admission::parse_grpc_timeout)
 }
 
-/// When each engine call of a request (each page of a stream) must start by.
-#[derive(Clone, Copy)]
-struct Deadlines {
-    /// The client's, less a margin (`admission::start_deadline`); the same for every page.
-    client: Option<Instant>,
-    default: Duration,
-}
-
-impl Deadlines {
-    fn next(&self) -> Instant {
-        self.client.unwrap_or_else(|| Instant::now() + self.default)
-    }
-}
-
-/// Runs engine calls of one request (or stream) on the blocking pool, each holding a slot of its
-/// vnode for exactly as long as it runs.
-#[derive(Clone)]
-struct Engine {
-    vnodes: Arc<Vnodes>,
-    admission: Arc<Admission>,
-    deadlines: Deadlines,
-}
-
-/// Why an engine call did not return a value.
-enum CallError {
-    Overloaded(Rejection),
-    Engine(levee_store::Error),
-    Panicked(String),
-}
-
-impl CallError {
-    fn label(&self) -> &'static str {
-        match self {
-            CallError::Overloaded(_) => "overloaded",
-            CallError::Engine(_) | CallError::Panicked(_) => "error",
-        }
-    }
-
-    fn into_status(self) -> Status {
-        match self {
-            CallError::Overloaded(r) => r.to_status(),
-            CallError::Engine(e) => to_status(e),
-            CallError::Panicked(e) => Status::internal(format!("handler failed: {e}")),
-        }
-    }
-}
-
-impl Engine {
-    /// Wait for a slot on `vnode` (bounded, see `admission`), then run `f` on its store on the
-    /// blocking pool. The slot is given back when `f` has returned.
-    async fn call<T: Send + 'static>(
-        &self,
-        vnode: usize,
-        f: impl FnOnce(&Arc<Store>) -> Result<T, levee_store::Error> + Send + 'static,
-    ) -> Result<T, CallError> {
-        let permit = self
-            .admission
-            .acquire(vnode, self.deadlines.next())
-            .await
-            .map_err(CallError::Overloaded)?;
-        let store = self.vnodes.stores[vnode].clone();
-        // The permit travels with the call's output, so the slot is freed only once the call has
-        // finished — by this task, after the blocking thread went back to the pool (the next
-        // call then reuses that thread instead of making the pool start another), or by the
-        // pool when this request was cancelled meanwhile (the output is dropped there).
-        let (res, permit) = tokio::task::spawn_blocking(move || (f(&store), permit))
-            .await
-            .map_err(|e| CallError::Panicked(e.to_string()))?;
-        drop(permit);
-        res.map_err(CallError::Engine)
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn read_of(
     bucket: Vec<u8>,
@@ -280,19 +202,6 @@ impl KvService {
         self.metrics.requests.with_label_values(&[op, result]).inc();
     }
 
-    fn engine(&self, meta: &MetadataMap) -> Engine {
-        let client = client_timeout(meta)
-            .map(|t| admission::start_deadline(Instant::now(), Some(t), self.default_deadline));
-        Engine {
-            vnodes: self.vnodes.clone(),
-            admission: self.admission.clone(),
-            deadlines: Deadlines {
-                client,
-                default: self.default_deadline,
-            },
-        }
-    }
-
     /// Count a finished stream.
     fn stream_done(metrics: &Metrics, op: &str, started: Instant, result: &str) {
         if result != "overloaded" {
@@ -311,11 +220,8 @@ type PageStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// is an async task: while the channel is full it waits without a blocking thread or a slot.
 const PAGES_AHEAD: usize = 2;
 
-/// A vnode's key fold, kept between the pages of a ListKeys stream.
-type KeyFold = (
-    levee_store::Snapshot,
-    Box<dyn Iterator<Item = Result<Vec<u8>, levee_store::Error>> + Send>,
-);
+/// How many times a coverage query replaces the vnodes of members that died under it.
+const MAX_REPLANS: u32 = 4;
 
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
@@ -466,16 +372,15 @@ impl pb::kv_server::Kv for KvService {
 
     type IndexQueryStream = PageStream<pb::IndexQueryResponse>;
 
-    /// A coverage query: every vnode is asked for its next page from one global (term, key)
-    /// position; the pages are merged in (term, key) order. Each vnode's page is one engine call
-    /// (one slot, one blocking-pool task); between pages nothing is held.
+    /// A coverage query: each round asks every vnode of the coverage plan (this node's and other
+    /// members') for its next page after one global (term, key) position, and emits the merge
+    /// in (term, key) order up to the smallest position a vnode with more stopped at — so no
+    /// vnode's later entry can sort before an emitted one. Between pages nothing is held.
     async fn index_query(
         &self,
         req: Request<pb::IndexQueryRequest>,
     ) -> Result<Response<Self::IndexQueryStream>, Status> {
         let (meta, _, r) = req.into_parts();
-        let start = term_from(r.start, "start")?;
-        let end = term_from(r.end, "end")?;
         let page_size = if r.page_size == 0 {
             1000
         } else {
@@ -486,83 +391,167 @@ impl pb::kv_server::Kv for KvService {
         } else {
             r.max_results as usize
         };
+        let c = self.coordinator.clone();
+        let props = c.props(&r.bucket_type)?;
+        let started = Instant::now();
+        let (view, plan) = c.coverage(props.n_val).inspect_err(|e| {
+            Self::stream_done(&self.metrics, "index_query", started, result_label(&Err(e)));
+        })?;
+        let enc = |t: &Option<pb::Term>| {
+            t.as_ref()
+                .map(prost::Message::encode_to_vec)
+                .unwrap_or_default()
+        };
+        let qhash = query_hash(
+            b"index_query",
+            &[
+                &r.bucket,
+                &r.field,
+                &enc(&r.start),
+                &enc(&r.end),
+                r.term_regex.as_bytes(),
+                &[u8::from(r.return_terms)],
+                r.bucket_type.as_bytes(),
+            ],
+        );
+        let ring_version = view.list.version();
         let mut after: Option<(Term, Vec<u8>)> = None;
         if !r.continuation.is_empty() {
-            let pos: (pb::Term, Vec<u8>) = decode_position(&r.continuation).ok_or_else(|| {
-                Status::invalid_argument("continuation token does not belong to this query")
-            })?;
-            after = Some((term_from(Some(pos.0), "continuation")?, pos.1));
+            let e = Continuation::resume(&r.continuation, qhash, ring_version).map_err(
+                |e| match e {
+                    ContinuationError::RingChanged { .. } => Status::failed_precondition(format!(
+                        "continuation token: {e}; start the query again"
+                    )),
+                    e => Status::invalid_argument(format!(
+                        "continuation token does not belong to this query: {e}"
+                    )),
+                },
+            )?;
+            let term = <pb::Term as prost::Message>::decode(&e.term[..])
+                .map_err(|_| Status::invalid_argument("continuation token: bad term"))?;
+            after = Some((term_from(Some(term), "continuation")?, e.key));
         }
-        let base = IndexQuery {
+        let base = pb::IndexPageRequest {
+            partition: 0,
             bucket: r.bucket,
             field: r.field,
-            start,
-            end,
-            return_terms: true,
-            term_regex: (!r.term_regex.is_empty()).then_some(r.term_regex),
-            max_results: Some(page_size),
-            continuation: None,
+            start: r.start,
+            end: r.end,
+            term_regex: r.term_regex,
+            after: None,
+            limit: page_size as u32,
+            key_partitions: Vec::new(),
         };
-        let engine = self.engine(&meta);
-        let metrics = self.metrics.clone();
-        let started = Instant::now();
-        // Validate once up front so a bad query fails the call instead of the stream.
+        // Checked once here (on this node's first vnode) so a bad query fails the call, not the
+        // stream.
         {
-            let q = IndexQuery {
-                max_results: Some(1),
-                ..base.clone()
+            let first = levee_cluster::CoverageVnode {
+                node: c.peers.self_name.clone(),
+                vnode: 0,
+                filter: levee_cluster::KeyFilter::All,
             };
-            if let Err(e) = engine.call(0, move |s| s.index_query(&q)).await {
-                if let CallError::Overloaded(_) = e {
-                    Self::stream_done(&metrics, "index_query", started, "overloaded");
-                }
-                return Err(e.into_status());
+            if let Err(e) = c
+                .index_page(
+                    &view,
+                    &first,
+                    &pb::IndexPageRequest {
+                        limit: 1,
+                        ..base.clone()
+                    },
+                    None,
+                    self.deadline(&meta),
+                )
+                .await
+            {
+                Self::stream_done(
+                    &self.metrics,
+                    "index_query",
+                    started,
+                    result_label(&Err(&e)),
+                );
+                return Err(e);
             }
         }
         let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
         let return_terms = r.return_terms;
-        let vnodes = engine.vnodes.stores.len();
+        let metrics = self.metrics.clone();
+        let default_deadline = self.default_deadline;
+        let client_deadline = client_timeout(&meta)
+            .map(|t| admission::start_deadline(Instant::now(), Some(t), default_deadline));
         tokio::spawn(async move {
             let mut sent = 0usize;
+            let mut vnodes = plan.vnodes.clone();
+            let mut replans = 0;
             let outcome = 'pages: loop {
+                let deadline = client_deadline.unwrap_or_else(|| Instant::now() + default_deadline);
                 let mut merged: Vec<(Term, Vec<u8>)> = Vec::new();
-                let mut more = false;
-                for vnode in 0..vnodes {
-                    let mut q = base.clone();
-                    q.continuation = after
-                        .as_ref()
-                        .map(|(t, k)| levee_store::index_continuation(&q.bucket, &q.field, t, k));
-                    match engine.call(vnode, move |s| s.index_query(&q)).await {
-                        Ok(page) => {
-                            more |= page.continuation.is_some();
-                            merged.extend(
-                                page.results
-                                    .into_iter()
-                                    .map(|(t, k)| (t.expect("terms requested"), k)),
-                            );
+                let mut cap: Option<(Term, Vec<u8>)> = None;
+                for i in 0..vnodes.len() {
+                    match c
+                        .index_page(&view, &vnodes[i], &base, after.as_ref(), deadline)
+                        .await
+                    {
+                        Ok((results, last)) => {
+                            merged.extend(results);
+                            if let Some(l) = last {
+                                if cap.as_ref().is_none_or(|c| l < *c) {
+                                    cap = Some(l);
+                                }
+                            }
                         }
                         Err(e) => {
-                            let label = e.label();
-                            let _ = tx.send(Err(e.into_status())).await;
+                            // A member died under the query: its vnodes' share goes to other
+                            // replicas and the round starts again from the same position.
+                            if crate::peers::is_unreachable(&e) && replans < MAX_REPLANS {
+                                if let Ok(stand_ins) = c.replan(props.n_val, &vnodes[i]) {
+                                    replans += 1;
+                                    vnodes.splice(i..=i, stand_ins);
+                                    continue 'pages;
+                                }
+                            }
+                            let label = result_label(&Err(&e));
+                            let _ = tx.send(Err(e)).await;
                             break 'pages label;
                         }
                     }
                 }
                 merged.sort();
+                if let Some(cap) = &cap {
+                    merged.retain(|e| e <= cap);
+                }
                 let want = page_size.min(limit - sent);
-                more |= merged.len() > want;
+                let truncated = merged.len() > want;
                 merged.truncate(want);
                 sent += merged.len();
-                after = merged.last().cloned();
+                after = if truncated || cap.is_none() {
+                    merged.last().cloned().or(after)
+                } else {
+                    cap.clone()
+                };
+                let more = truncated || cap.is_some();
                 let last_page = !more || sent >= limit;
-                let continuation = if last_page && sent >= limit && more {
+                let continuation = if last_page && more {
                     after
                         .as_ref()
-                        .map(|(t, k)| encode_position(t, k))
+                        .and_then(|(t, k)| {
+                            Continuation::new(
+                                qhash,
+                                ring_version,
+                                levee_cluster::IndexEntry::new(
+                                    prost::Message::encode_to_vec(&term_to(t.clone())),
+                                    k.clone(),
+                                ),
+                            )
+                            .ok()
+                        })
+                        .map(|t| t.encode())
                         .unwrap_or_default()
                 } else {
                     Vec::new()
                 };
+                if merged.is_empty() && !last_page {
+                    continue; // the position moved on; nothing to send yet
+                }
                 let results = merged
                     .into_iter()
                     .map(|(t, k)| pb::IndexQueryResult {
@@ -594,10 +583,10 @@ impl pb::kv_server::Kv for KvService {
 
     type ListKeysStream = PageStream<pb::ListKeysResponse>;
 
-    /// Every key of a bucket, vnode after vnode, in pages. Each vnode's keys come from one fold
-    /// snapshot; each page is one engine call (one slot, one blocking-pool task) that advances
-    /// the fold by `page_size` keys. Between pages — in particular while a slow client has not
-    /// read the last ones — the stream holds neither a blocking thread nor a slot.
+    /// Every live key of a bucket: the coverage plan's vnodes one after the other, each in pages
+    /// of one `FoldKeys` call (in process or on the member that owns the vnode). Between pages —
+    /// in particular while a slow client has not read the last ones — the stream holds neither
+    /// a blocking thread nor a slot.
     async fn list_keys(
         &self,
         req: Request<pb::ListKeysRequest>,
@@ -608,54 +597,56 @@ impl pb::kv_server::Kv for KvService {
                 "bucket must be 1-255 bytes without 0x00",
             ));
         }
-        let page_size = if r.page_size == 0 {
-            1000
-        } else {
-            r.page_size as usize
-        };
+        let page_size = if r.page_size == 0 { 1000 } else { r.page_size };
+        let c = self.coordinator.clone();
+        let props = c.props(&r.bucket_type)?;
+        let started = Instant::now();
+        let (view, plan) = c.coverage(props.n_val).inspect_err(|e| {
+            Self::stream_done(&self.metrics, "list_keys", started, result_label(&Err(e)));
+        })?;
         let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
-        let engine = self.engine(&meta);
         let metrics = self.metrics.clone();
-        let bucket = Arc::new(r.bucket);
-        let ring_size = self.vnodes.ring_size;
+        let default_deadline = self.default_deadline;
+        let client_deadline = client_timeout(&meta)
+            .map(|t| admission::start_deadline(Instant::now(), Some(t), default_deadline));
         tokio::spawn(async move {
-            let started = Instant::now();
-            let vnodes = engine.vnodes.stores.len();
             let mut outcome = "ok";
-            'vnodes: for vnode in 0..vnodes {
-                let mut fold: Option<KeyFold> = None;
+            // (vnode, key to resume after); a vnode whose member dies is replaced by stand-ins
+            // that resume where it stopped.
+            let mut work: std::collections::VecDeque<(levee_cluster::CoverageVnode, Vec<u8>)> =
+                plan.vnodes
+                    .iter()
+                    .map(|cv| (cv.clone(), Vec::new()))
+                    .collect();
+            let mut replans = 0;
+            'vnodes: while let Some((cv, mut after)) = work.pop_front() {
                 loop {
-                    let bucket = bucket.clone();
-                    let page = engine
-                        .call(vnode, move |s| {
-                            let (snap, mut keys) = match fold {
-                                Some(f) => f,
-                                None => {
-                                    let snap = s.snapshot(levee_store::SnapshotKind::Fold)?;
-                                    let keys = Box::new(snap.fold_keys(&bucket, None, None)?);
-                                    (snap, keys as _)
-                                }
-                            };
-                            let mut page = Vec::with_capacity(page_size);
-                            while page.len() < page_size {
-                                match keys.next() {
-                                    Some(k) => {
-                                        let k = k?;
-                                        if listed_here(&snap, &bucket, &k, vnode, ring_size)? {
-                                            page.push(k);
-                                        }
-                                    }
-                                    None => return Ok((page, None)),
-                                }
-                            }
-                            Ok((page, Some((snap, keys))))
-                        })
+                    let deadline =
+                        client_deadline.unwrap_or_else(|| Instant::now() + default_deadline);
+                    let page = c
+                        .fold_keys_page(
+                            &view,
+                            &cv,
+                            r.bucket.clone(),
+                            after.clone(),
+                            page_size,
+                            deadline,
+                        )
                         .await;
-                    let (keys, rest) = match page {
+                    let (keys, last) = match page {
                         Ok(p) => p,
                         Err(e) => {
-                            outcome = e.label();
-                            let _ = tx.send(Err(e.into_status())).await;
+                            if crate::peers::is_unreachable(&e) && replans < MAX_REPLANS {
+                                if let Ok(stand_ins) = c.replan(props.n_val, &cv) {
+                                    replans += 1;
+                                    for s in stand_ins.into_iter().rev() {
+                                        work.push_front((s, after.clone()));
+                                    }
+                                    continue 'vnodes;
+                                }
+                            }
+                            outcome = result_label(&Err(&e));
+                            let _ = tx.send(Err(e)).await;
                             break 'vnodes;
                         }
                     };
@@ -665,8 +656,8 @@ impl pb::kv_server::Kv for KvService {
                         outcome = "error"; // the client went away
                         break 'vnodes;
                     }
-                    match rest {
-                        Some(f) => fold = Some(f),
+                    match last {
+                        Some(l) => after = l,
                         None => break,
                     }
                 }
@@ -677,38 +668,4 @@ impl pb::kv_server::Kv for KvService {
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
     }
-}
-
-/// Whether vnode `vnode` lists `key`: the key is live (not only tombstones) and `vnode` is the
-/// first partition of its preflist, so a node holding several of a key's replicas lists it once.
-fn listed_here(
-    snap: &levee_store::Snapshot,
-    bucket: &[u8],
-    key: &[u8],
-    vnode: usize,
-    ring_size: u32,
-) -> Result<bool, levee_store::Error> {
-    if crate::ring::partition_of(bucket, key, ring_size) as usize != vnode {
-        return Ok(false);
-    }
-    Ok(match snap.head(bucket, key)? {
-        Some(h) => decode_siblings(&h.metadata).map_or(true, |s| !s.is_tombstone_only()),
-        None => false,
-    })
-}
-
-/// Continuation of a coverage query: the last (term, key) returned, as a protobuf-encoded result.
-fn encode_position(t: &Term, k: &[u8]) -> Vec<u8> {
-    use prost::Message;
-    pb::IndexQueryResult {
-        term: Some(term_to(t.clone())),
-        key: k.to_vec(),
-    }
-    .encode_to_vec()
-}
-
-fn decode_position(b: &[u8]) -> Option<(pb::Term, Vec<u8>)> {
-    use prost::Message;
-    let r = pb::IndexQueryResult::decode(b).ok()?;
-    Some((r.term?, r.key))
 }

@@ -46,6 +46,15 @@ pub struct Replicas {
     pub default_deadline: Duration,
 }
 
+/// An index entry: term and key.
+pub type Entry = (levee_store::Term, Vec<u8>);
+
+/// Index entries kept, and the last entry scanned when the vnode may hold more.
+pub type IndexPageOut = (Vec<Entry>, Option<Entry>);
+
+/// Keys kept, and the last key scanned when the vnode may hold more.
+pub type KeysPageOut = (Vec<Vec<u8>>, Option<Vec<u8>>);
+
 /// A stored object and the journal sequence number of the write that stored it (for a read, of
 /// the stored object; 0 when a merge wrote nothing).
 pub struct Stored {
@@ -292,6 +301,92 @@ impl Replicas {
         Ok(true)
     }
 
+    /// A page of the vnode's live keys of `bucket` after `after`, scanning at most `limit` keys,
+    /// keeping those whose own partition is in `key_partitions` (all when empty). Returns the
+    /// keys kept and the last key scanned when the vnode may hold more.
+    pub fn fold_keys_page(
+        &self,
+        partition: u32,
+        bucket: &[u8],
+        after: &[u8],
+        limit: usize,
+        key_partitions: &[u32],
+    ) -> Result<KeysPageOut, Status> {
+        let store = self.store(partition)?;
+        let snap = store
+            .snapshot(levee_store::SnapshotKind::Fold)
+            .map_err(to_status)?;
+        let start = (!after.is_empty()).then(|| {
+            let mut s = after.to_vec();
+            s.push(0); // the smallest key above `after`
+            s
+        });
+        let keys = snap
+            .fold_keys(bucket, start.as_deref(), None)
+            .map_err(to_status)?;
+        let ring = self.vnodes.ring_size;
+        let (mut kept, mut scanned, mut last) = (Vec::new(), 0usize, None);
+        for k in keys {
+            let k = k.map_err(to_status)?;
+            scanned += 1;
+            let p = crate::ring::partition_of(bucket, &k, ring);
+            let wanted = key_partitions.is_empty() || key_partitions.contains(&p);
+            if wanted {
+                let live = match snap.head(bucket, &k).map_err(to_status)? {
+                    Some(h) => !decode_siblings(&h.metadata)
+                        .map_err(|e| damaged(partition, e))?
+                        .is_tombstone_only(),
+                    None => false,
+                };
+                if live {
+                    kept.push(k.clone());
+                }
+            }
+            if scanned >= limit {
+                last = Some(k);
+                break;
+            }
+        }
+        Ok((kept, last))
+    }
+
+    /// A page of the vnode's entries of the index query `q` after `after`, scanning at most
+    /// `limit` entries, keeping those whose key's partition is in `key_partitions` (all when
+    /// empty). Returns the entries kept and the last entry scanned when the vnode may hold more.
+    #[allow(clippy::type_complexity)]
+    pub fn index_page(
+        &self,
+        partition: u32,
+        q: &levee_store::IndexQuery,
+        after: Option<&(levee_store::Term, Vec<u8>)>,
+        limit: usize,
+        key_partitions: &[u32],
+    ) -> Result<IndexPageOut, Status> {
+        let store = self.store(partition)?;
+        let mut q = q.clone();
+        q.return_terms = true;
+        q.max_results = Some(limit.max(1));
+        q.continuation =
+            after.map(|(t, k)| levee_store::index_continuation(&q.bucket, &q.field, t, k));
+        let page = store.index_query(&q).map_err(to_status)?;
+        let more = page.continuation.is_some();
+        let ring = self.vnodes.ring_size;
+        let results: Vec<(levee_store::Term, Vec<u8>)> = page
+            .results
+            .into_iter()
+            .map(|(t, k)| (t.expect("terms requested"), k))
+            .collect();
+        let last = if more { results.last().cloned() } else { None };
+        let kept = results
+            .into_iter()
+            .filter(|(_, k)| {
+                key_partitions.is_empty()
+                    || key_partitions.contains(&crate::ring::partition_of(&q.bucket, k, ring))
+            })
+            .collect();
+        Ok((kept, last))
+    }
+
     /// The store of `partition` (for folds).
     pub fn vnode_store(&self, partition: u32) -> Result<Arc<Store>, Status> {
         self.store(partition).cloned()
@@ -387,6 +482,45 @@ fn key_of(k: Option<pb::ReplicaKey>) -> Result<pb::ReplicaKey, Status> {
     k.ok_or_else(|| Status::invalid_argument("a replica key (partition, bucket, key) is required"))
 }
 
+/// A page size asked for: 1..=10,000 (0: 1,000).
+pub(crate) fn page_limit(limit: u32) -> usize {
+    match limit {
+        0 => 1000,
+        n => n.min(10_000) as usize,
+    }
+}
+
+/// An index entry on the wire.
+pub(crate) fn entry_pb((t, k): (levee_store::Term, Vec<u8>)) -> pb::IndexQueryResult {
+    pb::IndexQueryResult {
+        term: Some(crate::kv::term_to(t)),
+        key: k,
+    }
+}
+
+/// An index entry from the wire.
+pub(crate) fn entry_of(e: pb::IndexQueryResult) -> Result<(levee_store::Term, Vec<u8>), Status> {
+    Ok((crate::kv::term_from(e.term, "position")?, e.key))
+}
+
+/// The store query and resume position of an `IndexPage` request.
+pub(crate) fn index_page_query(
+    q: &pb::IndexPageRequest,
+) -> Result<(levee_store::IndexQuery, Option<Entry>), Status> {
+    let query = levee_store::IndexQuery {
+        bucket: q.bucket.clone(),
+        field: q.field.clone(),
+        start: crate::kv::term_from(q.start.clone(), "start")?,
+        end: crate::kv::term_from(q.end.clone(), "end")?,
+        return_terms: true,
+        term_regex: (!q.term_regex.is_empty()).then(|| q.term_regex.clone()),
+        max_results: None,
+        continuation: None,
+    };
+    let after = q.after.clone().map(entry_of).transpose()?;
+    Ok((query, after))
+}
+
 /// When a replica call of this request must start by: the caller's `grpc-timeout` (less a
 /// margin), else the node's default.
 fn deadline_of<T>(req: &Request<T>, default: Duration) -> Instant {
@@ -466,6 +600,51 @@ impl pb::node_server::Node for NodeService {
             })
             .await?;
         Ok(Response::new(reply_object(&s, self.replicas.durable)))
+    }
+
+    async fn fold_keys(
+        &self,
+        req: Request<pb::FoldKeysRequest>,
+    ) -> Result<Response<pb::FoldKeysResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
+        let q = req.into_inner();
+        let limit = page_limit(q.limit);
+        let (keys, last) = self
+            .replicas
+            .call(q.partition, deadline, move |r| {
+                r.fold_keys_page(q.partition, &q.bucket, &q.after, limit, &q.key_partitions)
+            })
+            .await?;
+        Ok(Response::new(pb::FoldKeysResponse {
+            keys,
+            last: last.unwrap_or_default(),
+        }))
+    }
+
+    async fn index_page(
+        &self,
+        req: Request<pb::IndexPageRequest>,
+    ) -> Result<Response<pb::IndexPageResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
+        let q = req.into_inner();
+        let (query, after) = index_page_query(&q)?;
+        let limit = page_limit(q.limit);
+        let (results, last) = self
+            .replicas
+            .call(q.partition, deadline, move |r| {
+                r.index_page(
+                    q.partition,
+                    &query,
+                    after.as_ref(),
+                    limit,
+                    &q.key_partitions,
+                )
+            })
+            .await?;
+        Ok(Response::new(pb::IndexPageResponse {
+            results: results.into_iter().map(entry_pb).collect(),
+            last: last.map(entry_pb),
+        }))
     }
 
     async fn merge_replica(

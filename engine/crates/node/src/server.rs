@@ -115,9 +115,7 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     let node = NodeService { replicas };
     let kv = KvService {
         coordinator,
-        vnodes: vnodes.clone(),
         metrics: metrics.clone(),
-        admission,
         default_deadline: cfg.limits.default_deadline(),
     };
     log::info!(

@@ -52,16 +52,22 @@ async fn kv(addr: &str) -> KvClient<Channel> {
     KvClient::connect(format!("http://{addr}")).await.unwrap()
 }
 
+/// A KV client of each node.
+async fn clients(nodes: &[(String, String)]) -> Vec<KvClient<Channel>> {
+    let mut c = Vec::new();
+    for (_, a) in nodes {
+        c.push(kv(a).await);
+    }
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_node_serves_any_key_with_siblings_contexts_lww_deletes_and_read_repair() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let _down = Down(dir.clone());
     let nodes = up(&dir);
-    let mut c: Vec<KvClient<Channel>> = Vec::new();
-    for (_, a) in &nodes {
-        c.push(kv(a).await);
-    }
+    let mut c = clients(&nodes).await;
 
     // Written through n1, read through n2 and n3; every replica holds it.
     let p = c[0]
@@ -156,4 +162,140 @@ async fn any_node_serves_any_key_with_siblings_contexts_lww_deletes_and_read_rep
     let g = n3.get(get("", "rr")).await.unwrap().into_inner();
     assert_eq!(g.value, b"while-n3-down");
     assert_eq!(converged(&nodes, "rr").await.len(), 1);
+}
+
+async fn list(kv: &mut KvClient<Channel>) -> Vec<String> {
+    let mut s = kv
+        .list_keys(pb::ListKeysRequest {
+            bucket: "b".into(),
+            page_size: 17,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut keys = Vec::new();
+    while let Some(p) = s.message().await.unwrap() {
+        keys.extend(p.keys.into_iter().map(|k| String::from_utf8(k).unwrap()));
+    }
+    keys
+}
+
+fn iq(max_results: u32, continuation: Vec<u8>, end: i64) -> pb::IndexQueryRequest {
+    let t = |i| {
+        Some(pb::Term {
+            kind: Some(pb::term::Kind::Int(i)),
+        })
+    };
+    pb::IndexQueryRequest {
+        bucket: "b".into(),
+        field: "n_int".into(),
+        start: t(0),
+        end: t(end),
+        return_terms: true,
+        page_size: 13,
+        max_results,
+        continuation,
+        ..Default::default()
+    }
+}
+
+/// (term, key) pairs of an index query, and the last page's continuation.
+async fn query(
+    kv: &mut KvClient<Channel>,
+    req: pb::IndexQueryRequest,
+) -> (Vec<(i64, String)>, Vec<u8>) {
+    let mut s = kv.index_query(req).await.unwrap().into_inner();
+    let (mut out, mut cont) = (Vec::new(), Vec::new());
+    while let Some(p) = s.message().await.unwrap() {
+        for r in p.results {
+            let Some(pb::term::Kind::Int(t)) = r.term.unwrap().kind else {
+                panic!("int term")
+            };
+            out.push((t, String::from_utf8(r.key).unwrap()));
+        }
+        cont = p.continuation;
+    }
+    (out, cont)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coverage_queries_answer_every_key_once_through_any_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(dir.clone());
+    let nodes = up(&dir);
+    let mut c = clients(&nodes).await;
+    // 150 keys written through the three nodes, each with an index entry n_int = i % 50; and
+    // 10 more deleted again (their tombstones must not be listed).
+    let mut want = Vec::new();
+    for i in 0..160 {
+        let k = format!("key{i:03}");
+        c[i % 3]
+            .put(pb::PutRequest {
+                index_changes: vec![pb::IndexChange {
+                    op: pb::index_change::Op::Add as i32,
+                    field: "n_int".into(),
+                    term: Some(pb::Term {
+                        kind: Some(pb::term::Kind::Int((i % 50) as i64)),
+                    }),
+                }],
+                w: Some(pb::Quorum {
+                    value: Some(pb::quorum::Value::Count(3)),
+                }),
+                ..put("", &k, "v", &[])
+            })
+            .await
+            .unwrap();
+        if i >= 150 {
+            c[0].delete(pb::DeleteRequest {
+                bucket: "b".into(),
+                key: k.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        } else {
+            want.push(k);
+        }
+    }
+    for kvc in c.iter_mut() {
+        let mut keys = list(kvc).await;
+        keys.sort();
+        assert_eq!(keys, want, "ListKeys: every live key once");
+    }
+    // IndexQuery through each node: (term, key) order across the members' vnodes, each entry
+    // once; paged with max_results and resumed with the token.
+    for kvc in c.iter_mut() {
+        let (all, cont) = query(kvc, iq(0, vec![], 49)).await;
+        assert!(cont.is_empty());
+        let mut sorted = all.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(all, sorted, "in order, no duplicates");
+        assert!(all.len() >= 150, "{} entries", all.len());
+        let (mut first, cont) = query(kvc, iq(40, vec![], 49)).await;
+        assert_eq!(first.len(), 40);
+        assert!(!cont.is_empty());
+        let (rest, _) = query(kvc, iq(0, cont.clone(), 49)).await;
+        first.extend(rest);
+        assert_eq!(first, all, "resumed from the token");
+        // The token is bound to its query.
+        let e = kvc.index_query(iq(0, cont, 48)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    }
+    // A member dies: its vnodes' share of the very next queries (made before anything marked
+    // it down) is answered by other replicas, from where it stopped.
+    run(&["kill", dir.to_str().unwrap(), "n3"]);
+    let mut keys = list(&mut c[0]).await;
+    keys.sort();
+    assert_eq!(keys, want, "ListKeys with n3 dead");
+    run(&["start", dir.to_str().unwrap(), "n3"]);
+    run(&["kill", dir.to_str().unwrap(), "n3"]);
+    let (all, _) = query(&mut c[1], iq(0, vec![], 49)).await;
+    assert!(
+        all.len() >= 150,
+        "IndexQuery with n3 dead: {} entries",
+        all.len()
+    );
 }

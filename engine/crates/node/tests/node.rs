@@ -96,6 +96,7 @@ async fn every_kv_rpc_with_streaming_pagination_and_errors() {
         page_size,
         max_results,
         continuation,
+        ..Default::default()
     };
     let mut stream = kv
         .index_query(req(7, 0, vec![]))
@@ -144,6 +145,7 @@ async fn every_kv_rpc_with_streaming_pagination_and_errors() {
         .list_keys(pb::ListKeysRequest {
             bucket: "people".into(),
             page_size: 16,
+            ..Default::default()
         })
         .await
         .unwrap()

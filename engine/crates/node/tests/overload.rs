@@ -361,6 +361,7 @@ async fn slow_list_keys_readers_hold_no_threads_and_do_not_stop_other_requests()
                 .list_keys(pb::ListKeysRequest {
                     bucket: "big".into(),
                     page_size: 50,
+                    ..Default::default()
                 })
                 .await
                 .unwrap()

@@ -12,6 +12,7 @@
 //! A replica on this node is called in process (through its vnode's admission, as the `Node`
 //! service does for other coordinators); a replica elsewhere through `levee.v1.Node`.
 
+pub mod coverage;
 pub mod get;
 pub mod put;
 

@@ -1,0 +1,160 @@
+//! Coverage queries across members: ListKeys and IndexQuery ask the vnodes of a coverage plan
+//! (`levee_cluster::coverage_plan`: each key-partition answered by exactly one live primary
+//! vnode, through its filter), page by page, each page one `FoldKeys` / `IndexPage` call —
+//! in process for this node's vnodes, through `levee.v1.Node` for the others.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use levee_cluster::{coverage_plan, CoveragePlan, CoverageVnode, KeyFilter, Role, Target};
+use levee_proto::v1 as pb;
+use levee_store::Term;
+use tonic::Status;
+
+use super::{remaining, Coordinator};
+use crate::membership::ClusterView;
+use crate::replica::{entry_of, entry_pb, index_page_query, IndexPageOut};
+
+fn filter_of(cv: &CoverageVnode) -> Vec<u32> {
+    match &cv.filter {
+        KeyFilter::All => Vec::new(),
+        KeyFilter::Only(ps) => ps.clone(),
+    }
+}
+
+fn target_of(cv: &CoverageVnode) -> Target {
+    Target {
+        partition: cv.vnode,
+        node: cv.node.clone(),
+        role: Role::Primary,
+    }
+}
+
+/// The key-partitions `cv` answers for in a plan of `n_val`.
+fn answers_for(cv: &CoverageVnode, n_val: u32, ring: u32) -> Vec<u32> {
+    match &cv.filter {
+        KeyFilter::All => (0..n_val).map(|i| (cv.vnode + ring - i) % ring).collect(),
+        KeyFilter::Only(ps) => ps.clone(),
+    }
+}
+
+impl Coordinator {
+    /// Stand-ins for a plan vnode whose member could not be reached (and is now marked down):
+    /// the vnodes of a new plan that answer for its key-partitions, each filtered to those. A
+    /// query resumes on them where the lost vnode stopped (key and index order do not depend
+    /// on which replica answers).
+    pub fn replan(&self, n_val: u32, lost: &CoverageVnode) -> Result<Vec<CoverageVnode>, Status> {
+        let (view, plan) = self.coverage(n_val)?;
+        let ring = view.claim.ring_size().get();
+        let wanted = answers_for(lost, n_val, ring);
+        let mut out = Vec::new();
+        for cv in &plan.vnodes {
+            let mut kp: Vec<u32> = answers_for(cv, n_val, ring)
+                .into_iter()
+                .filter(|p| wanted.contains(p))
+                .collect();
+            if !kp.is_empty() {
+                kp.sort_unstable();
+                out.push(CoverageVnode {
+                    node: cv.node.clone(),
+                    vnode: cv.vnode,
+                    filter: KeyFilter::Only(kp),
+                });
+            }
+        }
+        if out.iter().any(|cv| cv.node == lost.node) {
+            return Err(Status::unavailable(format!(
+                "member {} is unreachable and still planned for; retry",
+                lost.node
+            )));
+        }
+        Ok(out)
+    }
+
+    /// The coverage plan for keys of `n_val` replicas around the members marked down; an
+    /// incomplete plan (every replica of some key-partition down) is UNAVAILABLE.
+    pub fn coverage(&self, n_val: u32) -> Result<(Arc<ClusterView>, CoveragePlan), Status> {
+        let view = self.vnodes.membership.view();
+        let plan = coverage_plan(&view.claim, n_val, &self.peers.down())
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        if !plan.is_complete() {
+            return Err(Status::unavailable(format!(
+                "coverage incomplete: key-partitions {:?} have no reachable replica (their members are down); retry when they are back",
+                plan.uncovered
+            )));
+        }
+        Ok((view, plan))
+    }
+
+    /// A page of one plan vnode's live keys after `after` (scanning at most `limit`), and the
+    /// last key scanned when the vnode has more.
+    pub async fn fold_keys_page(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        cv: &CoverageVnode,
+        bucket: Vec<u8>,
+        after: Vec<u8>,
+        limit: u32,
+        deadline: Instant,
+    ) -> Result<crate::replica::KeysPageOut, Status> {
+        let t = target_of(cv);
+        let filter = filter_of(cv);
+        if self.is_local(&t) {
+            let (p, lim) = (cv.vnode, crate::replica::page_limit(limit));
+            return self
+                .replicas
+                .call(p, deadline, move |r| {
+                    r.fold_keys_page(p, &bucket, &after, lim, &filter)
+                })
+                .await;
+        }
+        let mut client = self.peers.client(self.member(view, &t)?)?;
+        let mut req = tonic::Request::new(pb::FoldKeysRequest {
+            partition: cv.vnode,
+            bucket,
+            after,
+            limit,
+            key_partitions: filter,
+        });
+        req.set_timeout(remaining(deadline));
+        let r = self.observed(&t, client.fold_keys(req).await)?;
+        Ok((r.keys, (!r.last.is_empty()).then_some(r.last)))
+    }
+
+    /// A page of one plan vnode's index entries after `after` (scanning at most `limit`).
+    pub async fn index_page(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        cv: &CoverageVnode,
+        q: &pb::IndexPageRequest,
+        after: Option<&(Term, Vec<u8>)>,
+        deadline: Instant,
+    ) -> Result<IndexPageOut, Status> {
+        let t = target_of(cv);
+        let mut q = q.clone();
+        q.partition = cv.vnode;
+        q.key_partitions = filter_of(cv);
+        q.after = after.cloned().map(entry_pb);
+        if self.is_local(&t) {
+            let (query, after) = index_page_query(&q)?;
+            let lim = crate::replica::page_limit(q.limit);
+            let p = cv.vnode;
+            return self
+                .replicas
+                .call(p, deadline, move |r| {
+                    r.index_page(p, &query, after.as_ref(), lim, &q.key_partitions)
+                })
+                .await;
+        }
+        let mut client = self.peers.client(self.member(view, &t)?)?;
+        let mut req = tonic::Request::new(q);
+        req.set_timeout(remaining(deadline));
+        let r = self.observed(&t, client.index_page(req).await)?;
+        let results = r
+            .results
+            .into_iter()
+            .map(entry_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((results, r.last.map(entry_of).transpose()?))
+    }
+}

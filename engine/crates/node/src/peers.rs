@@ -8,8 +8,9 @@
 //! (`levee_cluster::targets`), so a dead pod costs one failed call, not one per request.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use levee_cluster::Member;
 use levee_proto::v1 as pb;
@@ -30,13 +31,41 @@ pub struct Peers {
     pub self_name: String,
     /// Client TLS to the other members; `Err` says why there is none while the node serves
     /// TLS (a lone node needs none, so this fails only when a member is dialled).
-    tls: Result<Option<ClientTlsConfig>, String>,
+    tls: Mutex<Result<Option<ClientTlsConfig>, String>>,
+    /// The files the client TLS settings come from (member certificate, key, CA) and their
+    /// modification times when read: renewed files (cert-manager) replace the settings and the
+    /// connections made with the old ones.
+    tls_files: Option<(Vec<PathBuf>, Vec<Option<SystemTime>>)>,
     dial: BTreeMap<String, String>,
     max_message: usize,
     /// Channel per dialled address.
     channels: Mutex<HashMap<String, Channel>>,
     /// Members marked down, since when.
     down: Mutex<BTreeMap<String, Instant>>,
+}
+
+fn mtimes(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
+    paths
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
+}
+
+/// Client TLS to the members from [certificate, key, CA] files, each checked.
+fn client_tls(paths: &[PathBuf]) -> anyhow::Result<ClientTlsConfig> {
+    let (cert_path, key_path, ca_path) = (&paths[0], &paths[1], &paths[2]);
+    let ca_pem = crate::tls::read_file("member CA", ca_path)?;
+    crate::tls::parse_roots("member CA", ca_path, &ca_pem)?;
+    let cert = crate::tls::read_file("member certificate", cert_path)?;
+    let key = crate::tls::read_file("member key", key_path)?;
+    crate::tls::certified_key(
+        &tokio_rustls::rustls::crypto::ring::default_provider(),
+        ("member certificate", cert_path, &cert),
+        ("member key", key_path, &key),
+    )?;
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .identity(Identity::from_pem(cert, key)))
 }
 
 /// Why a peer could not be reached (its call never got an answer from its node).
@@ -52,31 +81,28 @@ pub fn is_unreachable(s: &Status) -> bool {
 
 impl Peers {
     pub fn new(cfg: &NodeConfig) -> anyhow::Result<Peers> {
-        let tls = match (cfg.tls_files()?, &cfg.tls) {
-            (Some(files), Some(t)) => {
-                match &t.ca_file {
-                    None => Err(
+        let (tls, tls_files) = match (cfg.tls_files()?, &cfg.tls) {
+            (Some(files), Some(t)) => match &t.ca_file {
+                None => (
+                    Err(
                         "[tls] serves TLS without ca_file: members reach each other over mutual \
                          TLS, so the node needs the CA that signs the members' certificates (ca_file)"
                             .to_string(),
                     ),
-                    Some(ca) => {
-                        let ca_pem = crate::tls::read_file("member CA", ca)?;
-                        let cert = crate::tls::read_file("member certificate", &files.cert)?;
-                        let key = crate::tls::read_file("member key", &files.key)?;
-                        Ok(Some(
-                            ClientTlsConfig::new()
-                                .ca_certificate(Certificate::from_pem(ca_pem))
-                                .identity(Identity::from_pem(cert, key)),
-                        ))
-                    }
+                    None,
+                ),
+                Some(ca) => {
+                    let paths = vec![files.cert.clone(), files.key.clone(), ca.clone()];
+                    let stamps = mtimes(&paths);
+                    (Ok(Some(client_tls(&paths)?)), Some((paths, stamps)))
                 }
-            }
-            _ => Ok(None),
+            },
+            _ => (Ok(None), None),
         };
         Ok(Peers {
             self_name: cfg.node_name.clone(),
-            tls,
+            tls: Mutex::new(tls),
+            tls_files,
             dial: cfg.cluster.dial.clone(),
             max_message: cfg.max_message_bytes,
             channels: Mutex::new(HashMap::new()),
@@ -97,7 +123,7 @@ impl Peers {
         if let Some(c) = self.channels.lock().get(&addr) {
             return Ok(c.clone());
         }
-        let tls = self.tls.as_ref().map_err(|why| {
+        let tls = self.tls.lock().clone().map_err(|why| {
             Status::failed_precondition(format!("dialling member {}: {why}", member.name))
         })?;
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -144,10 +170,41 @@ impl Peers {
         }
     }
 
-    /// Probe the down members until stopped: one that answers a health check is up again.
+    /// Renewed TLS files: new client settings, and the connections made with the old ones
+    /// dropped (the next call reconnects presenting the new certificate).
+    fn check_tls_files(&self, last: &mut Vec<Option<SystemTime>>) {
+        let Some((paths, _)) = &self.tls_files else {
+            return;
+        };
+        let now = mtimes(paths);
+        if now == *last {
+            return;
+        }
+        match client_tls(paths) {
+            Ok(cfg) => {
+                *self.tls.lock() = Ok(Some(cfg));
+                self.channels.lock().clear();
+                *last = now;
+                log::info!(
+                    "member TLS: renewed certificate files loaded for links to other members"
+                );
+            }
+            // Half-written files (a renewal in progress): keep the old settings, retry next time.
+            Err(e) => log::warn!("member TLS: renewed files not loaded yet: {e}"),
+        }
+    }
+
+    /// Probe the down members until stopped: one that answers a health check is up again. Also
+    /// picks up renewed TLS files.
     pub async fn probe(self: Arc<Self>, membership: Arc<Membership>) {
+        let mut stamps = self
+            .tls_files
+            .as_ref()
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default();
         loop {
             tokio::time::sleep(PROBE_EVERY).await;
+            self.check_tls_files(&mut stamps);
             let down = self.down();
             if down.is_empty() {
                 continue;

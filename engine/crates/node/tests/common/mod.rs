@@ -2,6 +2,7 @@
 //! builders.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod certs;
 pub mod cluster;
 pub mod history;
 pub mod proxy;

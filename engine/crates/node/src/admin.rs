@@ -177,14 +177,12 @@ impl pb::admin_server::Admin for AdminService {
         req: Request<pb::AaeTreeRequest>,
     ) -> Result<Response<pb::AaeTreeResponse>, Status> {
         let p = self.partitions(&[req.into_inner().partition])?[0];
-        let t = self.vnodes.stores[p as usize]
-            .aae_tree()
-            .map_err(to_status)?;
-        Ok(Response::new(pb::AaeTreeResponse {
-            root: t.root(),
-            branches: t.branches(),
-            segment_count: t.segment_count(),
-        }))
+        // The tree is cloned out of the store (1 MiB of segments by default): on the blocking
+        // pool, not the reactor.
+        let t = self
+            .blocking(move |v| v.stores[p as usize].aae_tree().map_err(to_status))
+            .await?;
+        Ok(Response::new(tree_response(&t)))
     }
 
     async fn aae_segment_keys(
@@ -200,16 +198,7 @@ impl pb::admin_server::Admin for AdminService {
                     .map_err(to_status)
             })
             .await?;
-        Ok(Response::new(pb::AaeSegmentKeysResponse {
-            keys: keys
-                .into_iter()
-                .map(|k| pb::AaeKey {
-                    bucket: k.bucket,
-                    key: k.key,
-                    hash: k.hash,
-                })
-                .collect(),
-        }))
+        Ok(Response::new(segment_keys_response(keys)))
     }
 
     async fn members(
@@ -264,5 +253,28 @@ fn members_response(v: &ClusterView) -> pb::MembersResponse {
         owners: v.claim.owners().map(String::from).collect(),
         ring_size: v.claim.ring_size().get(),
         n_val: v.claim.n_val(),
+    }
+}
+
+/// An AAE tree on the wire (Admin and Node services).
+pub fn tree_response(t: &levee_store::AaeTree) -> pb::AaeTreeResponse {
+    pb::AaeTreeResponse {
+        root: t.root(),
+        branches: t.branches(),
+        segment_count: t.segment_count(),
+    }
+}
+
+/// Segment keys on the wire (Admin and Node services).
+pub fn segment_keys_response(keys: Vec<levee_store::AaeKeyHash>) -> pb::AaeSegmentKeysResponse {
+    pb::AaeSegmentKeysResponse {
+        keys: keys
+            .into_iter()
+            .map(|k| pb::AaeKey {
+                bucket: k.bucket,
+                key: k.key,
+                hash: k.hash,
+            })
+            .collect(),
     }
 }

@@ -647,6 +647,39 @@ impl pb::node_server::Node for NodeService {
         }))
     }
 
+    async fn aae_tree(
+        &self,
+        req: Request<pb::AaeTreeRequest>,
+    ) -> Result<Response<pb::AaeTreeResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
+        let p = req.into_inner().partition;
+        let t = self
+            .replicas
+            .call(p, deadline, move |r| {
+                r.vnode_store(p)?.aae_tree().map_err(to_status)
+            })
+            .await?;
+        Ok(Response::new(crate::admin::tree_response(&t)))
+    }
+
+    async fn aae_segment_keys(
+        &self,
+        req: Request<pb::AaeSegmentKeysRequest>,
+    ) -> Result<Response<pb::AaeSegmentKeysResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
+        let q = req.into_inner();
+        let p = q.partition;
+        let keys = self
+            .replicas
+            .call(p, deadline, move |r| {
+                r.vnode_store(p)?
+                    .aae_keys_in_segments(&q.segments)
+                    .map_err(to_status)
+            })
+            .await?;
+        Ok(Response::new(crate::admin::segment_keys_response(keys)))
+    }
+
     async fn merge_replica(
         &self,
         req: Request<pb::MergeReplicaRequest>,

@@ -52,6 +52,23 @@ async fn kv(addr: &str) -> KvClient<Channel> {
     KvClient::connect(format!("http://{addr}")).await.unwrap()
 }
 
+/// The address of the member owning the first partition of (b, key)'s preflist, and that
+/// partition.
+async fn first_replica(nodes: &[(String, String)], key: &str) -> (String, u32) {
+    let m = pb::admin_client::AdminClient::connect(format!("http://{}", nodes[0].1))
+        .await
+        .unwrap()
+        .members(pb::MembersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let ring = levee_cluster::RingSize::new(m.ring_size).unwrap();
+    let p = levee_cluster::partition_of(b"b", key.as_bytes(), ring);
+    let owner = &m.owners[p as usize];
+    let addr = nodes.iter().find(|(n, _)| n == owner).unwrap().1.clone();
+    (addr, p)
+}
+
 /// A KV client of each node.
 async fn clients(nodes: &[(String, String)]) -> Vec<KvClient<Channel>> {
     let mut c = Vec::new();
@@ -81,6 +98,47 @@ async fn any_node_serves_any_key_with_siblings_contexts_lww_deletes_and_read_rep
         assert_eq!((g.value.as_slice(), values(&g).len()), (&b"v1"[..], 1));
     }
     assert_eq!(converged(&nodes, "k").await.len(), 1);
+
+    // The AAE tree and segment keys of a vnode, from its owner's Node service (what replicas
+    // exchange), agree with its Admin service; the key is in its segment.
+    let (owner, p) = first_replica(&nodes, "k").await;
+    let mut node = pb::node_client::NodeClient::connect(format!("http://{owner}"))
+        .await
+        .unwrap();
+    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{owner}"))
+        .await
+        .unwrap();
+    // (the store folds writes into its tree in the background: wait for it)
+    let since = std::time::Instant::now();
+    let t = loop {
+        let t = node
+            .aae_tree(pb::AaeTreeRequest { partition: p })
+            .await
+            .unwrap()
+            .into_inner();
+        if t.root != 0 || since.elapsed() > std::time::Duration::from_secs(5) {
+            break t;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let a = admin
+        .aae_tree(pb::AaeTreeRequest { partition: p })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((t.root, t.segment_count), (a.root, a.segment_count));
+    assert_ne!(t.root, 0, "the vnode holds k");
+    let seg = levee_store::aae_segment(b"b", b"k", t.segment_count);
+    let keys = node
+        .aae_segment_keys(pb::AaeSegmentKeysRequest {
+            partition: p,
+            segments: vec![seg],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .keys;
+    assert!(keys.iter().any(|k| k.key == b"k"), "{keys:?}");
 
     // Default type (lww): blind writes through two nodes leave one value, the later one.
     c[1].put(put("", "k", "v2", &[])).await.unwrap();

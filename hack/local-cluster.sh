@@ -3,7 +3,7 @@
 # directory and config, membership by one shared members file (JSON, docs/cluster.md). Used by the
 # node's tests (engine/crates/node/tests/local_cluster.rs) and by `make cluster-demo`.
 #
-#   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync]
+#   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
 #                                   start n1..nN; prints one line per node: name address metrics pid
 #   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
 #   local-cluster.sh kill DIR NAME [SIGNAL]   signal one node (default KILL) and wait for it to exit
@@ -85,12 +85,13 @@ case "$cmd" in
   up)
     [ $# -ge 2 ] || usage
     dir=$1 n=$2; shift 2
-    ring=64 nval=3 sync=false
+    ring=64 nval=3 sync=false delete_delay=3600
     while [ $# -gt 0 ]; do
       case "$1" in
         --ring-size) ring=$2; shift 2 ;;
         --n-val) nval=$2; shift 2 ;;
         --sync) sync=true; shift ;;
+        --delete-delay-secs) delete_delay=$2; shift 2 ;;
         *) die "unknown option $1" ;;
       esac
     done
@@ -111,6 +112,7 @@ name = "local"
 ring_size = $ring
 n_val = $nval
 members_file = "$dir/members.json"
+delete_delay_secs = $delete_delay
 [bucket_types.siblings]
 conflict = "siblings"
 [engine]

@@ -8,6 +8,7 @@
 //! max_value_bytes = 52428800      max_message_bytes = 67108864      shutdown_timeout_secs = 30
 //! [cluster]     name, ring_size, n_val (default 3 with a member list, 1 for a node alone),
 //!               members_file
+//!               delete_delay_secs (3600; 0: never): how long tombstones are kept
 //! [cluster.dial] <member name> = "host:port": reach that member here instead of its listed
 //!               address (a proxy or NAT in between; the fault tests put one on each link)
 //! [bucket_types.<name>]  n_val, r, w, pr, pw, dw, notfound_ok, basic_quorum, conflict
@@ -79,6 +80,9 @@ pub struct ClusterSection {
     pub members_file: Option<PathBuf>,
     /// Member name → the address this node dials it at, instead of the listed one.
     pub dial: std::collections::BTreeMap<String, String>,
+    /// How long a deleted key's tombstones are kept before a read may reap them (cluster.md §6,
+    /// "Tombstone reaping"); 0 never reaps.
+    pub delete_delay_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -200,6 +204,7 @@ impl Default for ClusterSection {
             n_val: None,
             members_file: None,
             dial: Default::default(),
+            delete_delay_secs: 3600,
         }
     }
 }

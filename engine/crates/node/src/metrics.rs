@@ -21,6 +21,8 @@ pub struct Metrics {
     pub hints: IntCounter,
     /// Objects handed back to their primaries (hinted handoff).
     pub handoff_objects: IntCounter,
+    /// Replicas of deleted keys dropped once every primary held the tombstones long enough.
+    pub reaped: IntCounter,
 }
 
 impl Metrics {
@@ -69,6 +71,12 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(hints.clone())).unwrap();
+        let reaped = IntCounter::new(
+            "levee_tombstones_reaped_total",
+            "Replicas of deleted keys this node's coordinator reaped (every primary held the same tombstones for delete_delay_secs)",
+        )
+        .unwrap();
+        registry.register(Box::new(reaped.clone())).unwrap();
         registry
             .register(Box::new(handoff_objects.clone()))
             .unwrap();
@@ -95,6 +103,7 @@ impl Metrics {
             read_repairs,
             hints,
             handoff_objects,
+            reaped,
         }
     }
 

@@ -42,6 +42,10 @@ pub struct Peers {
     channels: Mutex<HashMap<String, Channel>>,
     /// Members marked down, since when.
     down: Mutex<BTreeMap<String, Instant>>,
+    /// When a member was last marked down or seen up again (`None`: never since start).
+    last_change: Mutex<Option<Instant>>,
+    /// When this node started (it knows nothing of outages before).
+    started: Instant,
 }
 
 fn mtimes(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
@@ -107,6 +111,8 @@ impl Peers {
             max_message: cfg.max_message_bytes,
             channels: Mutex::new(HashMap::new()),
             down: Mutex::new(BTreeMap::new()),
+            last_change: Mutex::new(None),
+            started: Instant::now(),
         })
     }
 
@@ -159,6 +165,17 @@ impl Peers {
         self.down.lock().keys().cloned().collect()
     }
 
+    /// No member is down, none was for `d` (nor since this node started, if that is more
+    /// recent): a node that was down may still hold hints for others.
+    pub fn quiet_for(&self, d: Duration) -> bool {
+        let since = self
+            .last_change
+            .lock()
+            .unwrap_or(self.started)
+            .max(self.started);
+        self.down.lock().is_empty() && since.elapsed() >= d
+    }
+
     /// A call to `name` got `status`: mark it down if the node itself was not reached.
     pub fn observe(&self, name: &str, status: &Status) {
         if name != self.self_name && is_unreachable(status) {
@@ -166,6 +183,7 @@ impl Peers {
             if !down.contains_key(name) {
                 log::warn!("member {name} marked down: {}", status.message());
                 down.insert(name.to_string(), Instant::now());
+                *self.last_change.lock() = Some(Instant::now());
             }
         }
     }
@@ -231,6 +249,7 @@ impl Peers {
                 );
                 if serving {
                     if let Some(since) = self.down.lock().remove(&name) {
+                        *self.last_change.lock() = Some(Instant::now());
                         log::info!(
                             "member {name} is up again (down for {:.1} s)",
                             since.elapsed().as_secs_f64()

@@ -387,6 +387,22 @@ impl Replicas {
         Ok((kept, last))
     }
 
+    /// Reap a deleted key's replica: drop it if it still holds exactly the tombstones `set`.
+    pub fn reap(
+        &self,
+        partition: u32,
+        bucket: &[u8],
+        key: &[u8],
+        set: &SiblingSet,
+    ) -> Result<bool, Status> {
+        if set.is_empty() || !set.is_tombstone_only() {
+            return Err(Status::failed_precondition(
+                "only a set of tombstones is reaped",
+            ));
+        }
+        self.remove_if_unchanged(partition, bucket, key, set)
+    }
+
     /// The store of `partition` (for folds).
     pub fn vnode_store(&self, partition: u32) -> Result<Arc<Store>, Status> {
         self.store(partition).cloned()
@@ -645,6 +661,24 @@ impl pb::node_server::Node for NodeService {
             results: results.into_iter().map(entry_pb).collect(),
             last: last.map(entry_pb),
         }))
+    }
+
+    async fn reap_replica(
+        &self,
+        req: Request<pb::ReapReplicaRequest>,
+    ) -> Result<Response<pb::ReapReplicaResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
+        let q = req.into_inner();
+        let k = key_of(q.key)?;
+        let set = decode_siblings(&q.siblings)
+            .map_err(|e| Status::invalid_argument(format!("siblings: {e}")))?;
+        let reaped = self
+            .replicas
+            .call(k.partition, deadline, move |r| {
+                r.reap(k.partition, &k.bucket, &k.key, &set)
+            })
+            .await?;
+        Ok(Response::new(pb::ReapReplicaResponse { reaped }))
     }
 
     async fn aae_tree(

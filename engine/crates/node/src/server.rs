@@ -91,6 +91,8 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         metrics: metrics.clone(),
         bucket_types: cfg.bucket_types()?,
         max_value_bytes: cfg.max_value_bytes,
+        delete_delay: (cfg.cluster.delete_delay_secs > 0)
+            .then(|| Duration::from_secs(cfg.cluster.delete_delay_secs)),
     });
     log::info!(
         "n_val {}; bucket types: {}",

@@ -1,8 +1,9 @@
 //! The client API on a cluster of three real `levee serve` processes (local-cluster harness,
 //! n_val 3): any node takes any request for any key, reads see writes made through other nodes,
 //! concurrent writes under the `siblings` policy come back as siblings with one context that
-//! resolves them, the default (`lww`) type keeps the latest, deletes reach every replica, and a
-//! read repairs a replica that missed a write.
+//! resolves them, the default (`lww`) type keeps the latest, deletes reach every replica and are
+//! reaped after the delete delay, a read repairs a replica that missed a write, and coverage
+//! queries answer every key once.
 
 mod common;
 
@@ -190,6 +191,22 @@ async fn any_node_serves_any_key_with_siblings_contexts_lww_deletes_and_read_rep
         assert!(e.metadata().get_bin("levee-context-bin").is_some());
     }
     assert!(converged(&nodes, "s").await.is_tombstone_only());
+    // Tombstone reaping: once the tombstones are older than delete_delay_secs (1 s here) and
+    // every primary holds them, a read has every primary drop the key.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let e = c[0].get(get("siblings", "s")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let since = std::time::Instant::now();
+    while !replicas(&nodes, "s").await.iter().all(|s| s.is_empty()) {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(5),
+            "tombstones of s never reaped: {:?}",
+            replicas(&nodes, "s").await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let e = c[1].get(get("siblings", "s")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "a reaped key reads as not found");
 
     // Quorum options are checked: w above n_val is refused before anything is written.
     let e = c[0]

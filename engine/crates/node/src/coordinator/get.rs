@@ -267,6 +267,7 @@ impl Coordinator {
         }
         let plan = tracker.read_repair();
         if plan.targets.is_empty() {
+            self.reap(&repair, &tracker, plan.merged).await;
             return;
         }
         // The merge needs the content of each of its live siblings.
@@ -325,6 +326,47 @@ impl Coordinator {
             match res {
                 Ok(_) => self.metrics.read_repairs.with_label_values(&[reason]).inc(),
                 Err(e) => log::debug!("read repair of {} p{} failed: {e}", t.node, t.partition),
+            }
+        }
+    }
+}
+
+impl Coordinator {
+    /// Tombstone reaping: when every primary answered with the same tombstones, no fallback
+    /// took part, the newest tombstone is `delete_delay` old (`GetTracker::reapable`), and no
+    /// member has been down for that long (a member that was down may hold hints of older
+    /// writes, which a handoff after the reap would bring back), each primary drops its replica
+    /// — if it still holds exactly those tombstones.
+    async fn reap(self: &Arc<Self>, repair: &Repair, tracker: &GetTracker, merged: SiblingSet) {
+        let Some(delay) = self.delete_delay else {
+            return;
+        };
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
+        if merged.is_empty()
+            || !tracker.reapable(now_us, delay.as_micros() as u64)
+            || !self.peers.quiet_for(delay)
+        {
+            return;
+        }
+        let deadline = Instant::now() + self.replicas.default_deadline;
+        for t in &repair.targets {
+            match self
+                .reap_replica(
+                    &repair.view,
+                    t,
+                    repair.bucket.clone(),
+                    repair.key.clone(),
+                    merged.clone(),
+                    deadline,
+                )
+                .await
+            {
+                Ok(true) => self.metrics.reaped.inc(),
+                Ok(false) => {} // written since: not a tombstone to reap any more
+                Err(e) => log::debug!("reaping {} p{} failed: {e}", t.node, t.partition),
             }
         }
     }

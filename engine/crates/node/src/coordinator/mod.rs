@@ -42,6 +42,8 @@ pub struct Coordinator {
     /// Largest value a client may write (`max_value_bytes`); the stores take whole replica
     /// objects (every sibling), up to the message limit.
     pub max_value_bytes: usize,
+    /// How long tombstones are kept before a read may reap them (`None`: never).
+    pub delete_delay: Option<Duration>,
 }
 
 /// The replicas of one request: where each goes, and the member list they were chosen from.
@@ -209,6 +211,36 @@ impl Coordinator {
         let object = object_of(&r.siblings, &r.contents)
             .map_err(|e| Status::data_loss(format!("member {}: {}", t.node, e.message())))?;
         Ok(Stored { object, sqn: r.sqn })
+    }
+
+    /// Drop a deleted key's replica if it still holds exactly the tombstones `set`.
+    pub async fn reap_replica(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        t: &Target,
+        bucket: Vec<u8>,
+        key: Vec<u8>,
+        set: SiblingSet,
+        deadline: Instant,
+    ) -> Result<bool, Status> {
+        let p = t.partition;
+        if self.is_local(t) {
+            return self
+                .replicas
+                .call(p, deadline, move |r| r.reap(p, &bucket, &key, &set))
+                .await;
+        }
+        let mut client = self.peers.client(self.member(view, t)?)?;
+        let mut req = tonic::Request::new(pb::ReapReplicaRequest {
+            key: Some(pb::ReplicaKey {
+                partition: p,
+                bucket,
+                key,
+            }),
+            siblings: encode_siblings(&set),
+        });
+        req.set_timeout(remaining(deadline));
+        Ok(self.observed(t, client.reap_replica(req).await)?.reaped)
     }
 
     /// Merge `object` into the replica. Returns whether the replica is durable.

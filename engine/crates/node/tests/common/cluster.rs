@@ -91,7 +91,8 @@ pub async fn converged(addrs: &[(String, String)], key: &str) -> SiblingSet {
     }
 }
 
-/// `up` three nodes (ring 16, n_val 3) in `dir`: (name, gRPC address) of each.
+/// `up` three nodes (ring 16, n_val 3, tombstones reapable after 1 s) in `dir`: (name, gRPC
+/// address) of each.
 pub fn up(dir: &std::path::Path) -> Vec<(String, String)> {
     let out = run(&[
         "up",
@@ -101,6 +102,8 @@ pub fn up(dir: &std::path::Path) -> Vec<(String, String)> {
         "16",
         "--n-val",
         "3",
+        "--delete-delay-secs",
+        "1",
     ]);
     out.lines()
         .map(|l| {

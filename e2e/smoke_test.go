@@ -316,11 +316,12 @@ spec:
 		t.Log(msg)
 	})
 
-	e.step("delete a member under write load: it returns and keeps every acknowledged write", func() {
-		// Writes go straight to one member (its pod IP, from the host): the client Service spreads
-		// requests over members that do not replicate yet (issue 12), so only a member's own
-		// writes can be checked. The pod is deleted (SIGTERM, graceful) while the writer runs;
-		// the StatefulSet brings it back on the same volume, maybe with another IP.
+	e.step("delete a member under write load: every acknowledged write reads back through it and through another member", func() {
+		// Writes go straight to one member (its pod IP, from the host), which coordinates them
+		// (n_val 3, w=2). The pod is deleted (SIGTERM, graceful) while the writer runs; the
+		// StatefulSet brings it back on the same volume, maybe with another IP. Every
+		// acknowledged write is then read through the returned member and through another one
+		// (replication, and the returned member's catch-up by handoff or read repair).
 		pod := clusterName + "-1"
 		cli := filepath.Join(e.root, "engine/target/x86_64-unknown-linux-musl/release/levee")
 		podIP := func() string {
@@ -372,15 +373,18 @@ spec:
 		close(stop)
 		<-done
 		ip = podIP()
+		other := strings.TrimSpace(e.kubectl("-n", clusterNS, "get", "pod", clusterName+"-0", "-o", "jsonpath={.status.podIP}"))
 		var lost []string
 		for _, i := range acked {
-			out, err := e.exec("", cli, "get", "e2e-faults", fmt.Sprintf("k%06d", i), "--addr", ip+":8087", "--timeout", "5")
-			if err != nil || strings.TrimSpace(out) != fmt.Sprintf("v%d", i) {
-				lost = append(lost, fmt.Sprintf("k%06d (%q, %v)", i, strings.TrimSpace(out), err))
+			for _, via := range []string{ip, other} {
+				out, err := e.exec("", cli, "get", "e2e-faults", fmt.Sprintf("k%06d", i), "--addr", via+":8087", "--timeout", "5")
+				if err != nil || strings.TrimSpace(out) != fmt.Sprintf("v%d", i) {
+					lost = append(lost, fmt.Sprintf("k%06d via %s (%q, %v)", i, via, strings.TrimSpace(out), err))
+				}
 			}
 		}
-		msg := fmt.Sprintf("%d writes attempted, %d acknowledged, %d failed while %s was away; %d acknowledged writes missing after it returned",
-			attempts, len(acked), failed.Load(), pod, len(lost))
+		msg := fmt.Sprintf("%d writes attempted, %d acknowledged, %d failed while %s was away; %d reads of acknowledged writes (through it and through %s-0) missing after it returned",
+			attempts, len(acked), failed.Load(), pod, len(lost), clusterName)
 		_ = os.WriteFile(filepath.Join(out, "pod-delete.txt"), []byte(msg+"\n"+strings.Join(lost, "\n")+"\n"), 0o644)
 		if len(acked) == 0 || len(lost) > 0 {
 			t.Fatalf("%s: %v", msg, lost)

@@ -220,6 +220,7 @@ impl Coordinator {
                 object.clone(),
                 w.index_changes.clone(),
             );
+            let hint = hint.clone();
             tokio::spawn(async move {
                 let (reply, err) = match me
                     .merge_replica(&view, &t, b, k, o, policy, ch, deadline)
@@ -233,6 +234,14 @@ impl Coordinator {
                             t.node,
                             t.partition
                         );
+                        // Its node could not be reached: keep a hint of the write elsewhere.
+                        if crate::peers::is_unreachable(&s) && t.role == Role::Primary {
+                            let missed = vec![Replica {
+                                partition: t.partition,
+                                node: t.node.clone(),
+                            }];
+                            tokio::spawn(me.clone().send_hints(hint, missed));
+                        }
                         (PutReply::Failed(failure_of(&s)), Some(s))
                     }
                 };

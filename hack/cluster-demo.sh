@@ -42,7 +42,7 @@ echo "== start n2 again: the write reaches it (hinted handoff from n1/n3)"
 "$lc" start "$dir" n2 | sed 's/^/   /'
 [ "$("$bin" admin ring --json --addr "$(addr 1)")" = "$ref" ] && echo "   n2: same claim after the restart"
 sleep 2
-echo "   n2 (r=1, its own replica first): $("$bin" get demo greeting --r 1 --addr "$(addr 1)")"
+echo "   n2 (r=1: the first replica to answer): $("$bin" get demo greeting --r 1 --addr "$(addr 1)")"
 
 echo "== concurrent blind writes through two nodes under the siblings type (bucket type 'siblings')"
 "$bin" put carts alice apples --bucket-type siblings --addr "$(addr 0)" > /dev/null

@@ -195,18 +195,29 @@ pub enum ClientCmd {
         field: String,
         start: String,
         end: String,
+        /// Print each result's term next to its key.
         #[arg(long)]
         return_terms: bool,
+        /// Only terms matching this regular expression (binary fields).
         #[arg(long)]
         regex: Option<String>,
+        /// Stop after this many results (0: all) and print the continuation token (hex) that
+        /// resumes the query.
         #[arg(long, default_value_t = 0)]
         max_results: u32,
+        /// Resume a query from the token an earlier run of the same query printed.
+        #[arg(long)]
+        continuation: Option<String>,
+        #[arg(long, default_value = "")]
+        bucket_type: String,
     },
-    /// Stream every key of a bucket.
+    /// Stream every key of a bucket (one per line, or a JSON array with --json).
     ListKeys {
         #[command(flatten)]
         conn: Conn,
         bucket: String,
+        #[arg(long, default_value = "")]
+        bucket_type: String,
     },
     /// Node administration.
     #[command(subcommand)]
@@ -571,6 +582,8 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             return_terms,
             regex,
             max_results,
+            continuation,
+            bucket_type,
         } => {
             let req = pb::IndexQueryRequest {
                 start: Some(term_for(&field, &start)?),
@@ -581,8 +594,12 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                 term_regex: regex.unwrap_or_default(),
                 page_size: 1000,
                 max_results,
-                continuation: Vec::new(),
-                ..Default::default()
+                continuation: continuation
+                    .as_deref()
+                    .map(|c| from_hex(c, "continuation"))
+                    .transpose()?
+                    .unwrap_or_default(),
+                bucket_type,
             };
             let mut stream = KvClient::new(channel(&conn).await?)
                 .index_query(req)
@@ -602,26 +619,46 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                     }
                 }
                 if !page.continuation.is_empty() {
-                    eprintln!("(more results: stopped at --max-results {max_results})");
+                    let token = to_hex(&page.continuation);
+                    if conn.json {
+                        println!("{}", json!({ "continuation": token }));
+                    } else {
+                        eprintln!(
+                            "(more results: stopped at --max-results {max_results}; resume with --continuation {token})"
+                        );
+                    }
                 }
             }
             if !conn.json {
                 eprintln!("{n} result(s)");
             }
         }
-        ClientCmd::ListKeys { conn, bucket } => {
+        ClientCmd::ListKeys {
+            conn,
+            bucket,
+            bucket_type,
+        } => {
             let mut stream = KvClient::new(channel(&conn).await?)
                 .list_keys(pb::ListKeysRequest {
                     bucket: bucket.into_bytes(),
                     page_size: 1000,
-                    ..Default::default()
+                    bucket_type,
                 })
                 .await?
                 .into_inner();
+            let mut all = Vec::new();
             while let Some(page) = stream.message().await? {
                 for k in page.keys {
-                    println!("{}", String::from_utf8_lossy(&k));
+                    let k = String::from_utf8_lossy(&k).into_owned();
+                    if conn.json {
+                        all.push(k);
+                    } else {
+                        println!("{k}");
+                    }
                 }
+            }
+            if conn.json {
+                println!("{}", json!(all));
             }
         }
         ClientCmd::Admin(a) => match a {

@@ -585,3 +585,77 @@ async fn grpc_health_turns_not_serving_on_sigterm() {
         .unwrap();
     assert!(status.success(), "exit status {status:?}");
 }
+
+/// Runs the `levee` CLI against `addr` with `--json`; its stdout lines.
+fn cli_json(addr: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args(args)
+        .args(["--addr", addr, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "levee {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_resumes_a_query_from_its_token_and_lists_keys_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let mut kv = node.kv().await;
+    for i in 0..30i64 {
+        kv.put(put(
+            "cli",
+            &format!("k{i:02}"),
+            b"v",
+            vec![add_int("n_int", i)],
+        ))
+        .await
+        .unwrap();
+    }
+    let q = ["query", "cli", "n_int", "0", "100"];
+    let first = cli_json(&node.addr, &[&q[..], &["--max-results", "10"]].concat());
+    assert_eq!(first.len(), 11, "10 results and the token: {first:?}");
+    let token = first[10]["continuation"].as_str().unwrap().to_string();
+    let rest = cli_json(&node.addr, &[&q[..], &["--continuation", &token]].concat());
+    let keys: Vec<&str> = first[..10]
+        .iter()
+        .chain(&rest)
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    let want: Vec<String> = (0..30).map(|i| format!("k{i:02}")).collect();
+    assert_eq!(keys, want, "resumed where the first run stopped");
+    // Another query's token is refused.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args([
+            "query",
+            "cli",
+            "n_int",
+            "0",
+            "99",
+            "--continuation",
+            &token,
+            "--addr",
+        ])
+        .arg(&node.addr)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not belong to this query"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = cli_json(&node.addr, &["list-keys", "cli"]);
+    assert_eq!(listed.len(), 1, "one JSON array");
+    let mut got: Vec<String> = serde_json::from_value(listed[0].clone()).unwrap();
+    got.sort();
+    assert_eq!(got, want);
+}

@@ -30,8 +30,6 @@ use crate::metrics::Metrics;
 pub struct KvService {
     pub coordinator: Arc<Coordinator>,
     pub metrics: Arc<Metrics>,
-    /// How long a request without a client deadline may wait to start.
-    pub default_deadline: Duration,
 }
 
 pub fn term_from(t: Option<pb::Term>, what: &str) -> Result<Term, Status> {
@@ -97,7 +95,7 @@ fn write_options(
     })
 }
 
-fn context_of(bytes: &[u8]) -> Result<Clock, Status> {
+pub(crate) fn context_of(bytes: &[u8]) -> Result<Clock, Status> {
     if bytes.is_empty() {
         return Ok(Clock::new());
     }
@@ -187,22 +185,20 @@ impl KvService {
     /// When a coordinated request must be answered by: the client's deadline (less a margin),
     /// else the node's default.
     fn deadline(&self, meta: &MetadataMap) -> Instant {
-        admission::start_deadline(Instant::now(), client_timeout(meta), self.default_deadline)
+        admission::start_deadline(
+            Instant::now(),
+            client_timeout(meta),
+            self.coordinator.replicas.default_deadline,
+        )
     }
 
     /// Count and time a coordinated request.
     fn count(&self, op: &'static str, started: Instant, res: Result<(), &Status>) {
-        let result = result_label(&res);
-        if result != "overloaded" {
-            self.metrics
-                .duration
-                .with_label_values(&[op])
-                .observe(started.elapsed().as_secs_f64());
-        }
-        self.metrics.requests.with_label_values(&[op, result]).inc();
+        Self::stream_done(&self.metrics, op, started, result_label(&res));
     }
 
-    /// Count a finished stream.
+    /// Count and time a finished request or stream (refusals are counted, not timed: the
+    /// histogram is the latency of admitted requests).
     fn stream_done(metrics: &Metrics, op: &str, started: Instant, result: &str) {
         if result != "overloaded" {
             metrics
@@ -475,7 +471,7 @@ impl pb::kv_server::Kv for KvService {
         let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
         let return_terms = r.return_terms;
         let metrics = self.metrics.clone();
-        let default_deadline = self.default_deadline;
+        let default_deadline = self.coordinator.replicas.default_deadline;
         let client_deadline = client_timeout(&meta)
             .map(|t| admission::start_deadline(Instant::now(), Some(t), default_deadline));
         tokio::spawn(async move {
@@ -606,7 +602,7 @@ impl pb::kv_server::Kv for KvService {
         })?;
         let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
         let metrics = self.metrics.clone();
-        let default_deadline = self.default_deadline;
+        let default_deadline = self.coordinator.replicas.default_deadline;
         let client_deadline = client_timeout(&meta)
             .map(|t| admission::start_deadline(Instant::now(), Some(t), default_deadline));
         tokio::spawn(async move {

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use levee_cluster::causality::{
-    decode_context, decode_siblings, encode_siblings, update, Actor, Clock, ConflictPolicy,
-    SiblingMeta, SiblingSet,
+    decode_siblings, encode_siblings, update, Actor, Clock, ConflictPolicy, SiblingMeta, SiblingSet,
 };
 use levee_cluster::object::{self, decode_contents, merge_needs_local_contents, Content, Object};
 use levee_proto::v1 as pb;
@@ -588,12 +587,7 @@ impl pb::node_server::Node for NodeService {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let q = req.into_inner();
         let k = key_of(q.key)?;
-        let context = if q.context.is_empty() {
-            Clock::new()
-        } else {
-            decode_context(&q.context)
-                .map_err(|e| Status::invalid_argument(format!("context: {e}")))?
-        };
+        let context = crate::kv::context_of(&q.context)?;
         let content = (!q.tombstone).then_some(Content {
             metadata: q.metadata,
             value: q.value,

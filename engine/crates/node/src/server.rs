@@ -118,7 +118,6 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     let kv = KvService {
         coordinator,
         metrics: metrics.clone(),
-        default_deadline: cfg.limits.default_deadline(),
     };
     log::info!(
         "admission per vnode: {} running, {} queued, default deadline {} ms",

@@ -8,6 +8,8 @@ use levee_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use crate::errors::to_status;
+use crate::kv::client_timeout;
+use crate::maintenance::{answer_by, each_partition, Outcome, PartitionRun};
 use crate::membership::{ApplyError, ClusterView};
 use crate::vnodes::Vnodes;
 use levee_cluster::{Member, MemberList};
@@ -56,6 +58,32 @@ pub fn stats_map(s: &levee_store::Stats) -> HashMap<String, f64> {
 
 /// Entries of `stats_map` that mean nothing summed over vnodes: left out of the totals.
 const PER_VNODE: [&str; 2] = ["persisted_sqn", "last_sqn"];
+
+/// A partition's outcome as the proto reports it (the kind-specific fields left for the caller).
+fn outcome<R>(r: &PartitionRun<R>) -> pb::PartitionOutcome {
+    use pb::partition_outcome::State;
+    let (state, error) = match &r.outcome {
+        Outcome::Done(_) => (State::Done, String::new()),
+        Outcome::Failed(e) => (State::Failed, e.clone()),
+        Outcome::NotStarted(e) => (State::NotStarted, e.clone()),
+    };
+    pb::PartitionOutcome {
+        partition: r.partition,
+        state: state as i32,
+        error,
+        seconds: r.elapsed.as_secs_f64(),
+        ..Default::default()
+    }
+}
+
+fn count(o: &pb::PartitionOutcome, failed: &mut u32, not_started: &mut u32) {
+    use pb::partition_outcome::State;
+    match o.state() {
+        State::Failed => *failed += 1,
+        State::NotStarted => *not_started += 1,
+        _ => {}
+    }
+}
 
 impl AdminService {
     fn partitions(&self, asked: &[u32]) -> Result<Vec<u32>, Status> {
@@ -129,18 +157,29 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         req: Request<pb::CompactJournalRequest>,
     ) -> Result<Response<pb::CompactJournalResponse>, Status> {
+        let deadline = answer_by(Instant::now(), client_timeout(req.metadata()));
         let parts = self.partitions(&req.into_inner().partitions)?;
         let resp = self
             .blocking(move |v| {
                 let start = Instant::now();
+                let runs = each_partition(&parts, deadline, Instant::now, |p| {
+                    v.stores[p as usize]
+                        .compact_journal()
+                        .map_err(|e| e.to_string())
+                });
                 let mut out = pb::CompactJournalResponse::default();
-                for p in parts {
-                    let r = v.stores[p as usize].compact_journal().map_err(to_status)?;
-                    if !r.compacted_segments.is_empty() {
-                        out.runs += 1;
+                for r in runs {
+                    let mut o = outcome(&r);
+                    if let Outcome::Done(c) = &r.outcome {
+                        o.ran = !c.compacted_segments.is_empty();
+                        o.bytes_reclaimed = c.bytes_before.saturating_sub(c.bytes_after);
+                        o.records_dropped = c.records_dropped;
+                        out.runs += o.ran as u32;
+                        out.bytes_reclaimed += o.bytes_reclaimed;
+                        out.records_dropped += o.records_dropped;
                     }
-                    out.bytes_reclaimed += r.bytes_before.saturating_sub(r.bytes_after);
-                    out.records_dropped += r.records_dropped;
+                    count(&o, &mut out.failed, &mut out.not_started);
+                    out.partitions.push(o);
                 }
                 out.seconds = start.elapsed().as_secs_f64();
                 Ok(out)
@@ -153,20 +192,27 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         req: Request<pb::RebuildAaeRequest>,
     ) -> Result<Response<pb::RebuildAaeResponse>, Status> {
+        let deadline = answer_by(Instant::now(), client_timeout(req.metadata()));
         let r = req.into_inner();
         let parts = self.partitions(&r.partitions)?;
         let resp = self
             .blocking(move |v| {
                 let start = Instant::now();
-                for &p in &parts {
+                let runs = each_partition(&parts, deadline, Instant::now, |p| {
                     v.stores[p as usize]
                         .rebuild_aae(r.journal_check)
-                        .map_err(to_status)?;
+                        .map_err(|e| e.to_string())
+                });
+                let mut out = pb::RebuildAaeResponse::default();
+                for r in runs {
+                    let mut o = outcome(&r);
+                    o.ran = matches!(r.outcome, Outcome::Done(_));
+                    out.rebuilt += o.ran as u32;
+                    count(&o, &mut out.failed, &mut out.not_started);
+                    out.partitions.push(o);
                 }
-                Ok(pb::RebuildAaeResponse {
-                    rebuilt: parts.len() as u32,
-                    seconds: start.elapsed().as_secs_f64(),
-                })
+                out.seconds = start.elapsed().as_secs_f64();
+                Ok(out)
             })
             .await?;
         Ok(Response::new(resp))

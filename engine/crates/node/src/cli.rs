@@ -35,9 +35,15 @@ pub struct Conn {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// Per-request deadline in seconds.
+    /// Per-request deadline in seconds. Maintenance commands (compact-journal, aae-rebuild)
+    /// send it to the node, which starts no partition it could not finish before it and
+    /// reports those as not started.
     #[arg(long, default_value_t = 60.0, global = true)]
     timeout: f64,
+    /// Longest wait, in seconds, for the connection to the node (a host that drops packets
+    /// would otherwise hold the command for the kernel's TCP timeout, minutes).
+    #[arg(long, default_value_t = 10.0, global = true)]
+    connect_timeout: f64,
 }
 
 /// Options of a write.
@@ -234,14 +240,16 @@ pub enum AdminCmd {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Compact the journal of every vnode (or the given partitions).
+    /// Compact the journal of every vnode (or the given partitions), one partition at a time.
+    /// Prints each partition that failed or was not started before --timeout; exits 1 if any.
     CompactJournal {
         #[command(flatten)]
         conn: Conn,
         #[arg(long = "partition")]
         partitions: Vec<u32>,
     },
-    /// Rebuild the AAE trees from the ledger.
+    /// Rebuild the AAE trees from the ledger, one partition at a time. Prints each partition
+    /// that failed or was not started before --timeout; exits 1 if any.
     AaeRebuild {
         #[command(flatten)]
         conn: Conn,
@@ -326,7 +334,8 @@ async fn channel(c: &Conn) -> Result<Channel> {
     let (uri, tls) = endpoint(c)?;
     let mut ep = Channel::from_shared(uri.clone())
         .with_context(|| format!("bad address {uri}"))?
-        .timeout(std::time::Duration::from_secs_f64(c.timeout));
+        .timeout(std::time::Duration::from_secs_f64(c.timeout))
+        .connect_timeout(std::time::Duration::from_secs_f64(c.connect_timeout));
     if let Some(tls) = tls {
         ep = ep
             .tls_config(tls)
@@ -376,6 +385,56 @@ fn show_term(t: &Option<pb::Term>) -> String {
         Some(pb::term::Kind::Bin(b)) => String::from_utf8_lossy(b).into_owned(),
         None => String::new(),
     }
+}
+
+/// A request carrying the command's --timeout as its `grpc-timeout`, so the node knows it.
+fn with_deadline<T>(conn: &Conn, msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(std::time::Duration::from_secs_f64(conn.timeout));
+    req
+}
+
+/// The partitions a maintenance command asked for, in words.
+fn which(partitions: &[u32]) -> String {
+    if partitions.is_empty() {
+        "every vnode".to_string()
+    } else {
+        format!("partitions {partitions:?}")
+    }
+}
+
+/// Every partition of a maintenance answer, for --json.
+fn outcomes_json(parts: &[pb::PartitionOutcome]) -> serde_json::Value {
+    parts
+        .iter()
+        .map(|o| {
+            let mut v = json!({
+                "partition": o.partition,
+                "state": o.state().as_str_name().to_ascii_lowercase(),
+                "seconds": o.seconds,
+            });
+            if !o.error.is_empty() {
+                v["error"] = json!(o.error);
+            }
+            v
+        })
+        .collect()
+}
+
+/// The partitions that failed or did not start, one line each (empty when all were done).
+fn outcomes_text(parts: &[pb::PartitionOutcome]) -> String {
+    parts
+        .iter()
+        .filter(|o| o.state() != pb::partition_outcome::State::Done)
+        .map(|o| format!("\n  partition {}: {}", o.partition, o.error))
+        .collect()
+}
+
+fn incomplete(what: &str, failed: u32, not_started: u32) -> Result<()> {
+    if failed + not_started > 0 {
+        bail!("{what} incomplete: {failed} partition(s) failed, {not_started} not started before the deadline");
+    }
+    Ok(())
 }
 
 fn print(conn: &Conn, value: serde_json::Value, text: String) {
@@ -692,52 +751,73 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             }
             AdminCmd::CompactJournal { conn, partitions } => {
                 eprintln!(
-                    "compacting the journal of {} …",
-                    if partitions.is_empty() {
-                        "every vnode".to_string()
-                    } else {
-                        format!("partitions {partitions:?}")
-                    }
+                    "compacting the journal of {} (deadline {} s) …",
+                    which(&partitions),
+                    conn.timeout
                 );
                 let r = AdminClient::new(channel(&conn).await?)
-                    .compact_journal(pb::CompactJournalRequest { partitions })
+                    .compact_journal(with_deadline(
+                        &conn,
+                        pb::CompactJournalRequest { partitions },
+                    ))
                     .await?
                     .into_inner();
+                let done = r.partitions.len() as u32 - r.failed - r.not_started;
                 print(
                     &conn,
-                    json!({"runs": r.runs, "bytes_reclaimed": r.bytes_reclaimed, "records_dropped": r.records_dropped, "seconds": r.seconds}),
+                    json!({"runs": r.runs, "bytes_reclaimed": r.bytes_reclaimed, "records_dropped": r.records_dropped, "seconds": r.seconds,
+                           "done": done, "failed": r.failed, "not_started": r.not_started, "partitions": outcomes_json(&r.partitions)}),
                     format!(
-                        "{} compaction run(s), {} bytes reclaimed, {} records dropped, {:.2} s",
-                        r.runs, r.bytes_reclaimed, r.records_dropped, r.seconds
+                        "{} of {} partition(s) done, {} compaction run(s), {} bytes reclaimed, {} records dropped, {:.2} s{}",
+                        done,
+                        r.partitions.len(),
+                        r.runs,
+                        r.bytes_reclaimed,
+                        r.records_dropped,
+                        r.seconds,
+                        outcomes_text(&r.partitions)
                     ),
                 );
+                incomplete("journal compaction", r.failed, r.not_started)?;
             }
             AdminCmd::AaeRebuild {
                 conn,
                 partitions,
                 journal_check,
             } => {
+                eprintln!(
+                    "rebuilding the AAE trees of {} (deadline {} s) …",
+                    which(&partitions),
+                    conn.timeout
+                );
                 let r = AdminClient::new(channel(&conn).await?)
-                    .rebuild_aae(pb::RebuildAaeRequest {
-                        partitions,
-                        journal_check,
-                    })
+                    .rebuild_aae(with_deadline(
+                        &conn,
+                        pb::RebuildAaeRequest {
+                            partitions,
+                            journal_check,
+                        },
+                    ))
                     .await?
                     .into_inner();
                 print(
                     &conn,
-                    json!({"rebuilt": r.rebuilt, "seconds": r.seconds, "journal_check": journal_check}),
+                    json!({"rebuilt": r.rebuilt, "seconds": r.seconds, "journal_check": journal_check,
+                           "failed": r.failed, "not_started": r.not_started, "partitions": outcomes_json(&r.partitions)}),
                     format!(
-                        "rebuilt {} AAE tree(s) in {:.2} s{}",
+                        "rebuilt {} of {} AAE tree(s) in {:.2} s{}{}",
                         r.rebuilt,
+                        r.partitions.len(),
                         r.seconds,
                         if journal_check {
                             " (with journal check)"
                         } else {
                             ""
-                        }
+                        },
+                        outcomes_text(&r.partitions)
                     ),
                 );
+                incomplete("AAE rebuild", r.failed, r.not_started)?;
             }
             AdminCmd::Members { conn } => {
                 let r = AdminClient::new(channel(&conn).await?)

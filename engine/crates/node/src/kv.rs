@@ -130,7 +130,7 @@ fn result_label(r: &Result<(), &Status>) -> &'static str {
 }
 
 /// The client's deadline, from its `grpc-timeout` header.
-fn client_timeout(meta: &MetadataMap) -> Option<Duration> {
+pub(crate) fn client_timeout(meta: &MetadataMap) -> Option<Duration> {
     meta.get("grpc-timeout")
         .and_then(|v| v.to_str().ok())
         .and_then(admission::parse_grpc_timeout)

@@ -11,6 +11,7 @@ mod coordinator;
 mod errors;
 mod handoff;
 mod kv;
+mod maintenance;
 mod membership;
 mod metrics;
 mod peers;

@@ -1,6 +1,7 @@
 # levee — one entry point for the whole repository.
 #   make demo     build, then a ~2 min seed-style volume test of levee vs RocksDB: ratio table + charts in out/demo
-#   make test     everything CI runs: lint, engine + bench + node tests, operator, terraform
+#   make test     everything CI runs: lint, engine + bench + node tests, operator, terraform, image, chart,
+#                 dashboards, and the e2e smoke scenario on a real single-node Kubernetes
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
@@ -9,6 +10,10 @@ CRASH_KILLS ?= 50
 
 .PHONY: all deps sys-deps build test demo cluster-demo bench-cluster demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
         manifests engine-test operator-test terraform-test clean
+
+# Cargo's output lives in ~/.cache/levee/cargo/<checkout>, linked as engine/target (hack/cargo-target.sh),
+# so a fresh clone reuses compiled dependencies.
+_ := $(shell $(dir $(lastword $(MAKEFILE_LIST)))hack/cargo-target.sh)
 
 # Debian packages outside the Rust/Go toolchains: the benchmark peers (RocksDB, LevelDB, libclang for
 # their bindings, a font for the charts, in bench.mk) and jq (terraform's user-data lint).
@@ -39,7 +44,9 @@ fmt:
 	cd $(ENGINE) && $(CARGO) fmt --all
 
 ## test: the README's test command; CI runs exactly this on a clean clone
-test: lint engine-test operator-test terraform-test image-test chart-test dashboards-test
+# e2e-smoke (e2e.mk) starts a real single-node Kubernetes, installs the chart, runs a KVCluster under
+# load and a compaction Job, and removes the cluster again (needs root, as everything here).
+test: lint engine-test operator-test terraform-test image-test chart-test dashboards-test e2e-smoke
 	@echo "make test: all suites passed"
 
 engine-test: deps

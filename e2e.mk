@@ -10,6 +10,7 @@
 #                    (3 members, resources scaled to this machine), wait Available, a 60 s in-cluster
 #                    levee-bench Job against the client Service (results in out/e2e/smoke/), one compaction
 #                    Job created from the CronJob; then e2e-down (E2E_KEEP=1 keeps the cluster up).
+#                    Part of make test.
 # On its own: make -f e2e.mk e2e-up / e2e-down (e2e-smoke needs image.mk, bench.mk and charts.mk too).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,6 +24,8 @@ E2E_OUT ?= $(E2E_ROOT)/out/e2e
 E2E_LOAD_SECONDS ?= 60
 E2E_KEEP ?=
 E2E_BENCH_BIN := $(E2E_ROOT)/engine/target/release/levee-bench
+# The static CLI the scenarios run on the host (image.mk's musl build).
+E2E_CLI := $(E2E_ROOT)/engine/target/x86_64-unknown-linux-musl/release/levee
 E2E_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' $(E2E_ROOT)/engine/crates/node/Cargo.toml | head -n1)
 E2E_HELM_VERSION ?= v3.16.4
 
@@ -48,12 +51,17 @@ e2e-vet:
 	@$(E2E_ROOT)/hack/ensure-debs.sh shellcheck
 	shellcheck -x $(E2E_KUBE)/*.sh
 
-## e2e-smoke: up -> images -> helm install -> KVCluster Available -> 60 s load -> compaction Job -> down
-e2e-smoke: e2e-images helm e2e-vet
+# e2e-run SCENARIO: up, the Go test $(1) (TestSmoke or TestFull), down (unless E2E_KEEP), with its wall time.
+define e2e-run
 	@start=$$SECONDS; rc=0; \
 	  $(E2E_KUBE)/up.sh && \
 	  { cd $(E2E_ROOT)/e2e && E2E_ROOT=$(E2E_ROOT) E2E_OUT=$(E2E_OUT) E2E_LOAD_SECONDS=$(E2E_LOAD_SECONDS) \
-	      E2E_VERSION=$(E2E_VERSION) HELM=$(LEVEE_CACHE)/bin/helm-$(E2E_HELM_VERSION) \
-	      $(GO) test -tags e2e -count=1 -v -timeout 30m -run TestSmoke . ; } || rc=$$?; \
+	      E2E_VERSION=$(E2E_VERSION) E2E_CLI=$(E2E_CLI) HELM=$(LEVEE_CACHE)/bin/helm-$(E2E_HELM_VERSION) \
+	      $(GO) test -tags e2e -count=1 -v -timeout $(2) -run '^$(1)$$' . ; } || rc=$$?; \
 	  if [ -z "$(E2E_KEEP)" ]; then $(E2E_KUBE)/down.sh || rc=1; else echo "E2E_KEEP set: cluster left up"; fi; \
-	  echo "e2e-smoke: rc=$$rc in $$((SECONDS - start)) s"; exit $$rc
+	  echo "$@: rc=$$rc in $$((SECONDS - start)) s"; exit $$rc
+endef
+
+## e2e-smoke: up -> images -> helm install -> KVCluster Available -> 60 s load -> compaction Job -> down
+e2e-smoke: e2e-images helm e2e-vet
+	$(call e2e-run,TestSmoke,30m)

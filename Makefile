@@ -113,6 +113,6 @@ include dashboards.mk
 # End-to-end on a real single-node Kubernetes: e2e-up, e2e-down, e2e-smoke, e2e-vet (e2e/, docs/e2e.md)
 include e2e.mk
 
-## e2e: the end-to-end scenarios on a real Kubernetes; today the smoke scenario (docs/e2e.md)
+## e2e: every end-to-end scenario on a real Kubernetes (e2e-full; docs/e2e.md)
 .PHONY: e2e
-e2e: e2e-smoke
+e2e: e2e-full

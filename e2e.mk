@@ -11,6 +11,9 @@
 #                    levee-bench Job against the client Service (results in out/e2e/smoke/), one compaction
 #                    Job created from the CronJob; then e2e-down (E2E_KEEP=1 keeps the cluster up).
 #                    Part of make test.
+#   make e2e-full    (make e2e) every scenario of e2e/full_test.go: also malformed KVClusters refused,
+#                    member lists, AAE rebuild and compaction Jobs, image rollout and
+#                    member deletion under load. Results in out/e2e/full/.
 # On its own: make -f e2e.mk e2e-up / e2e-down (e2e-smoke needs image.mk, bench.mk and charts.mk too).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -29,7 +32,7 @@ E2E_CLI := $(E2E_ROOT)/engine/target/x86_64-unknown-linux-musl/release/levee
 E2E_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' $(E2E_ROOT)/engine/crates/node/Cargo.toml | head -n1)
 E2E_HELM_VERSION ?= v3.16.4
 
-.PHONY: e2e-bins e2e-up e2e-down e2e-images e2e-smoke e2e-vet
+.PHONY: e2e-bins e2e-up e2e-down e2e-images e2e-smoke e2e-full e2e-vet
 
 ## e2e-bins: build (once) the k8s binaries and CoreDNS into $(LEVEE_CACHE)
 e2e-bins:
@@ -65,3 +68,7 @@ endef
 ## e2e-smoke: up -> images -> helm install -> KVCluster Available -> 60 s load -> compaction Job -> down
 e2e-smoke: e2e-images helm e2e-vet
 	$(call e2e-run,TestSmoke,30m)
+
+## e2e-full: every scenario (e2e/full_test.go): the NVMe sample, malformed KVClusters, member lists, load, maintenance Jobs, rollout, member deletion
+e2e-full: e2e-images helm e2e-vet
+	$(call e2e-run,TestFull,120m)

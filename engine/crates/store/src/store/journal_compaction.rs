@@ -68,8 +68,41 @@ impl Inner {
         result
     }
 
+    /// Make every closed journal segment eligible for compaction. Records above the protected
+    /// floor stay (recovery may replay them), so a store whose ledger memtable has not flushed
+    /// since they were written — a few keys, each overwritten many times, never fill it — could
+    /// never reclaim anything. Flush the memtable if it holds records of a closed segment, then
+    /// write manifest generations (same contents) until the oldest kept one has persisted them
+    /// too; the floor is that oldest generation's (see `protected_sqn`).
+    pub(super) fn checkpoint_closed_segments(&self) -> Result<()> {
+        let Some(want) = self
+            .journal
+            .segments()
+            .iter()
+            .take_while(|s| s.is_closed())
+            .filter_map(|s| s.last_sqn())
+            .max()
+        else {
+            return Ok(());
+        };
+        if self.protected_sqn() >= want {
+            return Ok(());
+        }
+        if self.persisted_sqn.load(Ordering::Acquire) < want {
+            self.flush_and_wait()?;
+        }
+        for _ in 0..KEEP {
+            if self.protected_sqn() >= want {
+                break;
+            }
+            self.write_manifest(Vec::new())?;
+        }
+        Ok(())
+    }
+
     pub(super) fn compact_journal_locked(&self) -> Result<CompactionReport> {
         let started = Instant::now();
+        self.checkpoint_closed_segments()?;
         let protected = self.protected_sqn();
         let candidates: Vec<Arc<Segment>> = self
             .journal

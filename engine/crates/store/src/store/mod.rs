@@ -287,22 +287,8 @@ impl Store {
 
     /// Flush the ledger memtable to an SST and wait until it is persisted.
     pub fn flush(&self) -> Result<()> {
-        let i = &self.inner;
-        i.check_open()?;
-        let target = {
-            let _w = i.write.lock();
-            i.rotate_memtable();
-            i.last_sqn.load(Ordering::Acquire)
-        };
-        let mut bg = i.bg.lock();
-        i.bg_cv.notify_all();
-        while i.persisted_sqn.load(Ordering::Acquire) < target {
-            if let Some(e) = &bg.error {
-                return Err(Error::Poisoned(e.clone()));
-            }
-            i.done_cv.wait_for(bg.raw(), Duration::from_millis(50));
-        }
-        Ok(())
+        self.inner.check_open()?;
+        self.inner.flush_and_wait()
     }
 
     /// Wait until the ledger has nothing left to flush or merge: no frozen memtable and every level
@@ -342,7 +328,10 @@ impl Store {
     }
 
     /// Score the closed journal segments, choose a run with `Config::compaction` thresholds and
-    /// rewrite its live records (original SQNs) into new segments. Never touches the ledger.
+    /// rewrite its live records (original SQNs) into new segments. First makes every closed
+    /// segment eligible: a ledger that has not yet persisted their records (a small store whose
+    /// memtable never fills) is flushed, and manifest generations are written until every kept
+    /// one has persisted them. Never changes the ledger's contents.
     /// `Error::Busy` if a compaction is already running.
     pub fn compact_journal(&self) -> Result<CompactionReport> {
         self.inner.check_open()?;

@@ -222,6 +222,25 @@ impl Inner {
     }
 
     /// Freeze the active memtable for flushing. Caller holds the write lock.
+    /// Freeze the active memtable and wait until everything written so far is persisted in the
+    /// ledger.
+    pub(super) fn flush_and_wait(&self) -> Result<()> {
+        let target = {
+            let _w = self.write.lock();
+            self.rotate_memtable();
+            self.last_sqn.load(Ordering::Acquire)
+        };
+        let mut bg = self.bg.lock();
+        self.bg_cv.notify_all();
+        while self.persisted_sqn.load(Ordering::Acquire) < target {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            self.done_cv.wait_for(bg.raw(), Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     pub(super) fn rotate_memtable(&self) {
         let mut m = self.mem.write();
         if m.active.is_empty() {

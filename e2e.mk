@@ -11,9 +11,10 @@
 #                    levee-bench Job against the client Service (results in out/e2e/smoke/), one compaction
 #                    Job created from the CronJob; then e2e-down (E2E_KEEP=1 keeps the cluster up).
 #                    Part of make test.
-#   make e2e-full    (make e2e) every scenario of e2e/full_test.go: also malformed KVClusters refused,
-#                    member lists, AAE rebuild and compaction Jobs, image rollout and
-#                    member deletion under load. Results in out/e2e/full/.
+#   make e2e-full    (make e2e) every scenario, e2e/full_test.go: also cert-manager and the Prometheus
+#                    Operator (e2e/addons, built once), Prometheus targets and rules, compaction and AAE
+#                    Jobs on a store of several GiB, image rollout and member deletion under load, the
+#                    HDD sample with TLS from a cert-manager ClusterIssuer. Results in out/e2e/full/.
 # On its own: make -f e2e.mk e2e-up / e2e-down (e2e-smoke needs image.mk, bench.mk and charts.mk too).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -32,7 +33,7 @@ E2E_CLI := $(E2E_ROOT)/engine/target/x86_64-unknown-linux-musl/release/levee
 E2E_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' $(E2E_ROOT)/engine/crates/node/Cargo.toml | head -n1)
 E2E_HELM_VERSION ?= v3.16.4
 
-.PHONY: e2e-bins e2e-up e2e-down e2e-images e2e-smoke e2e-full e2e-vet
+.PHONY: e2e-bins e2e-up e2e-down e2e-images e2e-smoke e2e-addons e2e-full e2e-vet
 
 ## e2e-bins: build (once) the k8s binaries and CoreDNS into $(LEVEE_CACHE)
 e2e-bins:
@@ -52,7 +53,7 @@ e2e-images: image bench-build
 e2e-vet:
 	cd $(E2E_ROOT)/e2e && $(GO) vet -tags e2e ./... && test -z "$$(gofmt -l .)"
 	@$(E2E_ROOT)/hack/ensure-debs.sh shellcheck
-	shellcheck -x $(E2E_KUBE)/*.sh
+	shellcheck -x $(E2E_KUBE)/*.sh $(E2E_ROOT)/e2e/addons/*/*.sh
 
 # e2e-run SCENARIO: up, the Go test $(1) (TestSmoke or TestFull), down (unless E2E_KEEP), with its wall time.
 define e2e-run
@@ -69,6 +70,11 @@ endef
 e2e-smoke: e2e-images helm e2e-vet
 	$(call e2e-run,TestSmoke,30m)
 
-## e2e-full: every scenario (e2e/full_test.go): the NVMe sample, malformed KVClusters, member lists, load, maintenance Jobs, rollout, member deletion
-e2e-full: e2e-images helm e2e-vet
+## e2e-addons: build (once, cached in $(LEVEE_CACHE)/e2e/addons) cert-manager and the Prometheus Operator + images
+e2e-addons:
+	$(E2E_ROOT)/e2e/addons/cert-manager/build.sh
+	$(E2E_ROOT)/e2e/addons/prometheus/build.sh
+
+## e2e-full: every scenario (e2e/full_test.go): addons, NVMe and HDD+TLS samples, Prometheus, big-store maintenance, faults
+e2e-full: e2e-images helm e2e-vet e2e-addons
 	$(call e2e-run,TestFull,120m)

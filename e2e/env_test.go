@@ -19,7 +19,7 @@ type env struct {
 	t                                 *testing.T
 	root, out, cache, runDir, version string
 	kubeconfig, helm, sock            string
-	loadSeconds                       int
+	loadSeconds, bigStoreGiB          int
 }
 
 func newEnv(t *testing.T) *env {
@@ -38,7 +38,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("E2E_LOAD_SECONDS: %v", err)
 	}
-	e := &env{t: t, root: root, out: get("E2E_OUT", filepath.Join(root, "out/e2e")), cache: cache, runDir: run,
+	big, err := strconv.Atoi(get("E2E_BIG_STORE_GIB", "3"))
+	if err != nil {
+		t.Fatalf("E2E_BIG_STORE_GIB: %v", err)
+	}
+	e := &env{bigStoreGiB: big, t: t, root: root, out: get("E2E_OUT", filepath.Join(root, "out/e2e")), cache: cache, runDir: run,
 		version: get("E2E_VERSION", "0.1.0"), kubeconfig: filepath.Join(run, "kubeconfig"),
 		helm: get("HELM", "helm"), sock: filepath.Join(run, "containerd/containerd.sock"), loadSeconds: secs}
 	if _, err := os.Stat(e.kubeconfig); err != nil {

@@ -1,12 +1,16 @@
 //go:build e2e
 
-// TestFull (make e2e): every scenario on the real single-node cluster of e2e/kube that needs no
-// add-on. The NVMe sample (3 members): Available; malformed KVClusters refused by the API server;
-// every member runs the operator's member list; a levee-bench load Job (results in
-// out/e2e/full/load); the AAE rebuild and compaction Jobs from the operator's CronJobs; an image
-// change under load rolls one member at a time; a member deleted under write load loses no
-// acknowledged write. Not yet here (issue 13): TLS with cert-manager, the HDD sample, Prometheus,
-// and maintenance on a store of several GiB. On failure the state is in out/e2e/full/diagnostics.
+// TestFull (make e2e): every scenario of issue 13 on the real single-node cluster of e2e/kube.
+// cert-manager and the Prometheus Operator with one Prometheus are installed from source builds
+// (e2e/addons), then the operator chart with its ServiceMonitor and PrometheusRule. The NVMe
+// sample (3 members): Available; malformed KVClusters refused by the API server; every member
+// runs the operator's member list; a levee-bench load Job (results in out/e2e/full/load);
+// Prometheus scrapes every member and the operator and has loaded levee's rules; a store of
+// several GiB per member, then the compaction and AAE rebuild Jobs on it; an image change under
+// load rolls one member at a time; a member deleted under write load loses no acknowledged write.
+// Then the HDD sample (6 members, TLS from a platform ClusterIssuer of cert-manager): Available,
+// client traffic over mTLS (plaintext and certificate-less clients refused), and both maintenance
+// Jobs over mTLS. On failure the state of every namespace involved is in out/e2e/full/diagnostics.
 package e2e
 
 import (
@@ -20,16 +24,38 @@ import (
 	"time"
 )
 
+const (
+	hddCluster   = "archive" // metadata.name of the HDD sample
+	monitoringNS = "levee-monitoring"
+	certNS       = "cert-manager"
+)
+
 func TestFull(t *testing.T) {
 	e := newEnv(t)
-	out := e.scenarioDir("full", operatorNS, clusterNS)
+	out := e.scenarioDir("full", operatorNS, clusterNS, monitoringNS, certNS)
 
 	e.step("import images into the node's containerd", e.importImages)
-	e.step("helm install charts/levee-operator", func() { e.helmInstall() })
+	e.step("cert-manager (e2e/addons/cert-manager)", func() {
+		e.run("bash", filepath.Join(e.root, "e2e/addons/cert-manager/install.sh"))
+	})
+	e.step("Prometheus Operator and a Prometheus (e2e/addons/prometheus)", func() {
+		e.run("bash", filepath.Join(e.root, "e2e/addons/prometheus/install.sh"))
+	})
+	e.step("helm install charts/levee-operator with its ServiceMonitor and PrometheusRule", func() {
+		e.helmInstall("serviceMonitor.enabled=true", "prometheusRule.enabled=true",
+			"serviceMonitor.prometheusServiceAccount.name="+promServiceAccount,
+			"serviceMonitor.prometheusServiceAccount.namespace="+monitoringNS)
+	})
 
 	// The NVMe sample, without TLS.
 	cluster := nvmeCluster
-	e.step("apply the NVMe sample KVCluster", func() { e.applySample("kv_v1alpha1_kvcluster_nvme.yaml") })
+	// 16 MiB journal segments: each of a member's 64 partitions has its own journal, so the
+	// sample's 1 GiB segments would need 64 GiB per member before the first one closes and
+	// compaction may touch it; the big-store step writes a few GiB.
+	applied := time.Now()
+	e.step("apply the NVMe sample KVCluster (16 MiB journal segments)", func() {
+		e.applySample("kv_v1alpha1_kvcluster_nvme.yaml", `{"spec":{"engine":{"journalSegmentBytes":16777216}}}`)
+	})
 	e.step("KVCluster Available", func() { e.waitAvailable(cluster, 10*time.Minute) })
 	e.step("malformed KVClusters are refused by the API server with their messages", func() {
 		sample := filepath.Join(e.root, "operator/config/samples/kv_v1alpha1_kvcluster_nvme.yaml")
@@ -86,17 +112,35 @@ func TestFull(t *testing.T) {
 	e.step(fmt.Sprintf("in-cluster levee-bench load for %d s against the client Service", e.loadSeconds), func() {
 		e.runLoad(out, "load", mixScenario(cluster, e.loadSeconds), time.Duration(e.loadSeconds+600)*time.Second, "get", "update")
 	})
-	e.step("AAE rebuild Job from the operator's CronJob", func() {
-		logs := e.maintenanceJob(out, cluster, cluster+"-aae-rebuild", "full-aae", "aaeRebuild", 15*time.Minute)
+	e.step("Prometheus scrapes every member and the operator, and has loaded levee's rules", func() {
+		e.prometheusSees(out, cluster, 3)
+	})
+	e.step(fmt.Sprintf("a store of at least %d GiB per member (64 KiB values written and overwritten)", e.bigStoreGiB), func() {
+		e.fillStore(out, cluster, 3)
+	})
+	e.step("compaction Job on the big store: every member reclaims space", func() {
+		before := map[int]float64{}
+		for i := 0; i < 3; i++ {
+			before[i] = e.memberStats(fmt.Sprintf("%s-%d", cluster, i))["journal_disk_bytes"]
+		}
+		logs := e.maintenanceJob(out, cluster, e.cronJobs(cluster, "compaction")[0], "big-compact", "compaction", 60*time.Minute)
+		e.reclaimed(logs, 3)
+		for i := 0; i < 3; i++ {
+			after := e.memberStats(fmt.Sprintf("%s-%d", cluster, i))["journal_disk_bytes"]
+			t.Logf("%s-%d: journal %.2f GiB before compaction, %.2f GiB after", cluster, i, before[i]/(1<<30), after/(1<<30))
+			if after >= before[i] {
+				t.Fatalf("%s-%d: the journal did not shrink (%.0f -> %.0f bytes)", cluster, i, before[i], after)
+			}
+		}
+	})
+	e.step("AAE rebuild Job on the big store", func() {
+		logs := e.maintenanceJob(out, cluster, cluster+"-aae-rebuild", "big-aae", "aaeRebuild", 60*time.Minute)
 		if n := strings.Count(logs, "rebuilt 64 of 64 AAE tree(s)"); n != 3 {
 			t.Fatalf("want every member to rebuild all 64 trees (3 summaries), got %d:\n%s", n, logs)
 		}
 	})
-	e.step("compaction Job from the operator's CronJob", func() {
-		logs := e.maintenanceJob(out, cluster, e.cronJobs(cluster, "compaction")[0], "full-compact", "compaction", 15*time.Minute)
-		if n := strings.Count(logs, "64 of 64 partition(s) done"); n != 3 {
-			t.Fatalf("want every member to compact all 64 partitions (3 summaries), got %d:\n%s", n, logs)
-		}
+	e.step("every panel of the Grafana dashboards returns data from Prometheus", func() {
+		e.panelsHaveData(out, cluster, 3, time.Since(applied))
 	})
 	e.step("change the image tag under load: one member at a time, each Ready before the next", func() {
 		// levee:dev and levee:<version> are the same image under two tags: a new tag rolls the
@@ -225,5 +269,33 @@ func TestFull(t *testing.T) {
 			t.Fatalf("%s: %v", msg, lost)
 		}
 		t.Log(msg)
+	})
+	e.step("delete the NVMe cluster", func() {
+		e.kubectl("-n", clusterNS, "delete", "kvcluster", cluster, "--wait=true", "--timeout=5m")
+		e.kubectl("-n", clusterNS, "wait", "pod", "-l", "app.kubernetes.io/instance="+cluster, "--for=delete", "--timeout=5m")
+	})
+
+	// The HDD sample: 6 members, TLS from the platform's ClusterIssuer.
+	e.step("a platform ClusterIssuer (platform-ca) and the node labelled for HDD", func() {
+		e.platformIssuer()
+		e.kubectl("label", "node", "levee-e2e", "levee.io/storage=hdd", "--overwrite")
+		t.Cleanup(func() {
+			_, _ = e.exec("", "kubectl", "label", "node", "levee-e2e", "levee.io/storage=nvme", "--overwrite")
+		})
+	})
+	e.step("apply the HDD sample KVCluster (6 members, TLS by issuerRef)", func() { e.applySample("kv_v1alpha1_kvcluster_hdd.yaml") })
+	e.step("HDD KVCluster Available", func() { e.waitAvailable(hddCluster, 15*time.Minute) })
+	e.step("client traffic over mTLS; plaintext and certificate-less clients refused", func() {
+		e.mtlsTraffic(out, hddCluster, 6)
+	})
+	e.step("compaction and AAE rebuild Jobs over mTLS", func() {
+		logs := e.maintenanceJob(out, hddCluster, e.cronJobs(hddCluster, "compaction")[0], "tls-compact", "compaction", 15*time.Minute)
+		if n := strings.Count(logs, "128 of 128 partition(s) done"); n != 6 {
+			t.Fatalf("want all 128 partitions compacted on every member (6 summaries), got %d:\n%s", n, logs)
+		}
+		logs = e.maintenanceJob(out, hddCluster, hddCluster+"-aae-rebuild", "tls-aae", "aaeRebuild", 15*time.Minute)
+		if n := strings.Count(logs, "rebuilt 128 of 128 AAE tree(s)"); n != 6 {
+			t.Fatalf("want all 128 trees rebuilt on every member (6 summaries), got %d:\n%s", n, logs)
+		}
 	})
 }

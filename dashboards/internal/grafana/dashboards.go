@@ -35,8 +35,9 @@ func Overview() *Dashboard {
 		Q{`sum by (op, result) (rate(levee_requests_total{SEL}[$__rate_interval]))`, "{{op}} {{result}}"}))
 	l.add(12, 8, timeseries("Requests/s by member", "Client requests per second served by each member.", "reqps",
 		Q{`sum by (pod) (rate(levee_requests_total{SEL}[$__rate_interval]))`, "{{pod}}"}))
+	// `or ... * 0`: an op without errors draws 0 instead of leaving the panel empty.
 	l.add(12, 8, timeseries("Errors/s by op", "Requests per second that ended in an error, by operation.", "reqps",
-		Q{`sum by (op) (rate(levee_requests_total{SEL, result="error"}[$__rate_interval]))`, "{{op}}"}))
+		Q{`sum by (op) (rate(levee_requests_total{SEL, result="error"}[$__rate_interval])) or (sum by (op) (rate(levee_requests_total{SEL}[$__rate_interval])) * 0)`, "{{op}}"}))
 	l.add(12, 8, withRange(timeseries("Error ratio by member", "Share of each member's requests that ended in an error.", "percentunit",
 		Q{`(sum by (pod) (rate(levee_requests_total{SEL, result="error"}[$__rate_interval])) or (sum by (pod) (rate(levee_requests_total{SEL}[$__rate_interval])) * 0)) / sum by (pod) (rate(levee_requests_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), nil))
 

@@ -140,6 +140,16 @@ async fn any_node_serves_any_key_with_siblings_contexts_lww_deletes_and_read_rep
         .into_inner()
         .keys;
     assert!(keys.iter().any(|k| k.key == b"k"), "{keys:?}");
+    // A segment beyond the tree (a caller assuming a bigger tree) is refused, not answered empty.
+    let err = node
+        .aae_segment_keys(pb::AaeSegmentKeysRequest {
+            partition: p,
+            segments: vec![seg, t.segment_count],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("is beyond this tree's"), "{err}");
 
     // Default type (lww): blind writes through two nodes leave one value, the later one.
     c[1].put(put("", "k", "v2", &[])).await.unwrap();

@@ -548,6 +548,13 @@ fn aae_trees_are_order_independent_and_pinpoint_a_difference() {
     assert_eq!(diff.len(), 1);
     let keys = b.aae_keys_in_segments(&diff).unwrap();
     assert!(keys.iter().any(|k| k.key == 7u32.to_le_bytes()));
+    // A segment number from a bigger tree is refused, not answered with no keys.
+    let count = b.aae_tree().unwrap().segment_count();
+    let err = b.aae_keys_in_segments(&[diff[0], count]).unwrap_err();
+    assert!(
+        matches!(&err, levee_store::Error::InvalidQuery(m) if m.contains(&format!("segment {count} is beyond"))),
+        "{err}"
+    );
     // A rebuild from the ledger gives the same tree as incremental maintenance, after reopen too.
     let t = b.aae_tree().unwrap();
     b.rebuild_aae(true).unwrap();

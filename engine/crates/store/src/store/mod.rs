@@ -389,6 +389,15 @@ impl Store {
     /// (bucket, key, leaf hash) of every live object in the given AAE segments.
     pub fn aae_keys_in_segments(&self, segments: &[u32]) -> Result<Vec<AaeKeyHash>> {
         let count = self.aae_tree()?.segment_count();
+        // A segment beyond the tree is a caller with another tree size: answering "no keys"
+        // would make it repair nothing, silently.
+        if let Some(bad) = segments.iter().find(|&&s| s >= count) {
+            return Err(Error::InvalidQuery(format!(
+                "AAE segment {bad} is beyond this tree's {count} segments (0..={}); \
+                 segment numbers must come from a tree of the same size",
+                count - 1
+            )));
+        }
         let snap = self.inner.snapshot(SnapshotKind::Fold)?;
         let opts = HeadFoldOptions {
             segments: Some(segments.to_vec()),

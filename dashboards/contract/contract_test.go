@@ -4,7 +4,16 @@ package contract
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,14 +44,73 @@ func levee(t *testing.T, root string) string {
 
 type node struct {
 	bin, grpc, metrics string
+	tls                *serverPKI
 }
 
-// start runs `levee serve` on port 0 with data in a temporary folder and reads the bound addresses
-// from its startup line: `levee: serving gRPC on ADDR, metrics on ADDR, N vnodes in DIR`.
-func start(t *testing.T, bin string) *node {
+// serverPKI is a CA and a server certificate for localhost it signed, written as PEM files.
+type serverPKI struct {
+	ca, cert, key string
+	notAfter      time.Time
+}
+
+// newPKI makes a CA and a server certificate (localhost, 127.0.0.1) valid until notAfter.
+func newPKI(t *testing.T, notAfter time.Time) *serverPKI {
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "contract CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &serverPKI{ca: filepath.Join(dir, "ca.crt"), cert: filepath.Join(dir, "tls.crt"),
+		key: filepath.Join(dir, "tls.key"), notAfter: notAfter}
+	for path, b := range map[string]*pem.Block{
+		p.ca: {Type: "CERTIFICATE", Bytes: caDER}, p.cert: {Type: "CERTIFICATE", Bytes: der},
+		p.key: {Type: "PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// start runs `levee serve` on port 0 with data in a temporary folder (TLS on the gRPC port with
+// pki's certificate, when given) and reads the bound addresses from its startup line:
+// `levee: serving gRPC on ADDR, metrics on ADDR, N vnodes in DIR`.
+func start(t *testing.T, bin string, pki *serverPKI) *node {
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--ring-size", "8", "--aae-segments", "1024", "--data-dir", t.TempDir())
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--ring-size", "8", "--aae-segments", "1024", "--data-dir", t.TempDir()}
+	if pki != nil {
+		args = append(args, "--tls-cert", pki.cert, "--tls-key", pki.key)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	log, err := os.Create(filepath.Join(t.TempDir(), "levee.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -74,12 +142,16 @@ func start(t *testing.T, bin string) *node {
 		}
 		return strings.FieldsFunc(rest, func(r rune) bool { return r == ',' || r == ' ' })[0]
 	}
-	return &node{bin: bin, grpc: grab("gRPC on "), metrics: grab("metrics on ")}
+	return &node{bin: bin, grpc: grab("gRPC on "), metrics: grab("metrics on "), tls: pki}
 }
 
 // cli runs a `levee` client command against the node; failure is fatal unless allowFail.
 func (n *node) cli(t *testing.T, allowFail bool, args ...string) {
-	out, err := exec.Command(n.bin, append(args, "--addr", n.grpc)...).CombinedOutput()
+	args = append(args, "--addr", n.grpc)
+	if n.tls != nil {
+		args = append(args, "--tls-ca", n.tls.ca, "--tls-domain", "localhost")
+	}
+	out, err := exec.Command(n.bin, args...).CombinedOutput()
 	if err != nil && !allowFail {
 		t.Fatalf("levee %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -97,6 +169,14 @@ func (n *node) scrape(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatalf("/metrics is not valid Prometheus text: %v", err)
 	}
 	return fams
+}
+
+// gauge is the value of a family's one unlabelled gauge (NaN when there is not exactly one).
+func gauge(f *dto.MetricFamily) float64 {
+	if f == nil || len(f.GetMetric()) != 1 {
+		return math.NaN()
+	}
+	return f.GetMetric()[0].GetGauge().GetValue()
 }
 
 func counter(f *dto.MetricFamily, lbl map[string]string) float64 {
@@ -127,7 +207,9 @@ func TestMetricContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := start(t, levee(t, root))
+	// TLS on, so the certificate's expiry is exported too; a whole second, as a certificate holds it.
+	pki := newPKI(t, time.Now().Add(90*24*time.Hour).Truncate(time.Second))
+	n := start(t, levee(t, root), pki)
 	const keys = 20
 	for i := 0; i < keys; i++ {
 		k := fmt.Sprintf("k%02d", i)
@@ -146,6 +228,30 @@ func TestMetricContract(t *testing.T) {
 		t.Fatalf("the scrape does not show the %d puts and gets just made: %v", keys, reqs)
 	}
 
+	// The node's own facts, as exported: what a dashboard or alert built on them would show.
+	if got, want := gauge(fams["levee_tls_cert_expiry_timestamp_seconds"]), float64(pki.notAfter.Unix()); got != want {
+		t.Errorf("levee_tls_cert_expiry_timestamp_seconds = %v, want the served certificate's NotAfter %v", got, want)
+	}
+	if gauge(fams["levee_members"]) != 1 || gauge(fams["levee_member_list_version"]) != 0 {
+		t.Errorf("a node alone: levee_members %v (want 1), levee_member_list_version %v (want 0)",
+			gauge(fams["levee_members"]), gauge(fams["levee_member_list_version"]))
+	}
+	size, avail := gauge(fams["levee_data_filesystem_size_bytes"]), gauge(fams["levee_data_filesystem_avail_bytes"])
+	if !(size > 0 && avail > 0 && avail <= size) {
+		t.Errorf("data filesystem: size %v, avail %v bytes: want 0 < avail <= size", size, avail)
+	}
+	vnodes := map[string]float64{}
+	for _, m := range fams["levee_vnodes"].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "state" {
+				vnodes[lp.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if vnodes["active"] != 8 || vnodes["handoff"] != 0 || vnodes["idle"] != 0 {
+		t.Errorf("levee_vnodes of a node alone with a ring of 8: %v, want active 8, handoff 0, idle 0", vnodes)
+	}
+
 	doc, err := exprs.Documented(filepath.Join(root, "..", "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +265,10 @@ func TestMetricContract(t *testing.T) {
 		rec[r] = true
 	}
 	exported := func(name string) bool { return fams[name] != nil }
+	opDoc, err := exprs.DocumentedOperator(filepath.Join(root, "..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Direction 1: used ⊆ exported.
 	used := map[string][]string{}
@@ -177,6 +287,14 @@ func TestMetricContract(t *testing.T) {
 	}
 	for name, where := range used {
 		if exprs.Synthetic[name] || rec[name] {
+			continue
+		}
+		if strings.HasPrefix(name, exprs.OperatorPrefix) {
+			// The operator's metric: documented in its section, which the operator's own test
+			// holds to what it registers.
+			if !opDoc[name] {
+				t.Errorf("%s is not an operator metric of docs/metrics.md, but is used by:\n  %s", name, strings.Join(where, "\n  "))
+			}
 			continue
 		}
 		fam := exprs.Family(name, exported)

@@ -251,22 +251,50 @@ func Family(name string, known func(string) bool) string {
 
 var docRow = regexp.MustCompile("^\\|\\s*`([a-zA-Z_:][a-zA-Z0-9_:]*)`\\s*\\|")
 
-// Documented returns the metric names in the first column of the table in docs/metrics.md.
+// OperatorHeading starts the section of docs/metrics.md listing the operator's own metrics
+// (levee_operator_*); the node's metrics are the table rows before it.
+const OperatorHeading = "## Operator metrics"
+
+// OperatorPrefix names the operator's metrics: a dashboard or rule that reads one is checked
+// against the operator's section (the operator's TestOperatorMetricsAreDocumented checks that
+// section against what the operator registers).
+const OperatorPrefix = "levee_operator_"
+
+// Documented returns the node's metric names: the first column of the table rows of
+// docs/metrics.md before OperatorHeading.
 func Documented(metricsMD string) (map[string]bool, error) {
+	node, _, err := documented(metricsMD)
+	return node, err
+}
+
+// DocumentedOperator returns the names of the table rows after OperatorHeading.
+func DocumentedOperator(metricsMD string) (map[string]bool, error) {
+	_, op, err := documented(metricsMD)
+	return op, err
+}
+
+func documented(metricsMD string) (node, operator map[string]bool, err error) {
 	b, err := os.ReadFile(metricsMD)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string]bool{}
+	node, operator = map[string]bool{}, map[string]bool{}
+	in := node
 	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, OperatorHeading) {
+			in = operator
+		}
 		if m := docRow.FindStringSubmatch(l); m != nil {
-			out[m[1]] = true
+			in[m[1]] = true
 		}
 	}
-	if len(out) < 10 {
-		return nil, fmt.Errorf("%s: only %d metric rows found; has the table's format changed?", metricsMD, len(out))
+	if len(node) < 10 {
+		return nil, nil, fmt.Errorf("%s: only %d metric rows found; has the table's format changed?", metricsMD, len(node))
 	}
-	return out, nil
+	if len(operator) == 0 {
+		return nil, nil, fmt.Errorf("%s: no operator metric rows under %q", metricsMD, OperatorHeading)
+	}
+	return node, operator, nil
 }
 
 // Synthetic are series Prometheus makes itself for every target: no exporter exports them.

@@ -75,9 +75,13 @@ type KVClusterReconciler struct {
 func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var c kvv1.KVCluster
 	if err := r.Get(ctx, req.NamespacedName, &c); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetMetrics(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !c.DeletionTimestamp.IsZero() {
+		forgetMetrics(c.Namespace, c.Name)
 		return ctrl.Result{}, nil // children carry owner references; the garbage collector removes them
 	}
 	orig := c.DeepCopy()
@@ -87,6 +91,7 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	now := metav1.NewTime(r.now())
 	status := ComputeStatus(&c, obs, now)
 	r.explain(orig, status, obs)
+	recordMetrics(&c, status)
 	if !equality.Semantic.DeepEqual(orig.Status, status) {
 		patched := orig.DeepCopy()
 		patched.Status = status

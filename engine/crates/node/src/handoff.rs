@@ -71,13 +71,19 @@ impl Handoff {
         let view = c.vnodes.membership.view();
         let me = &c.peers.self_name;
         let down = c.peers.down();
+        let (mut active, mut holding) = (0i64, 0i64);
         for (p, store) in c.vnodes.stores.iter().enumerate() {
             let owner = view.claim.owner(p as u32);
-            if owner == me || down.contains(owner) {
+            if owner == me {
+                active += 1;
                 continue;
             }
             let sqn = store.stats().last_sqn;
             if self.clean.lock()[p] == Some(sqn) {
+                continue;
+            }
+            holding += 1;
+            if down.contains(owner) {
                 continue;
             }
             let target = Target {
@@ -85,29 +91,42 @@ impl Handoff {
                 node: owner.to_string(),
                 role: Role::Primary,
             };
+            // Marked clean only by a pass that found nothing: objects written below the fold's
+            // position during a transfer, or changed before they could be dropped, are found
+            // by the next pass.
+            let before = store.stats().last_sqn;
             match self.transfer(&view, &target).await {
-                Ok(0) => {
-                    self.clean.lock()[p] = Some(store.stats().last_sqn);
+                Ok(Transferred { seen: 0, .. }) => {
+                    self.clean.lock()[p] = Some(before);
+                    holding -= 1;
                 }
-                Ok(n) => {
-                    log::info!("handoff: p{p}: {n} objects handed to {owner}");
-                    self.clean.lock()[p] = Some(store.stats().last_sqn);
+                Ok(t) => {
+                    log::info!(
+                        "handoff: p{p}: {} objects handed to {owner} ({} seen)",
+                        t.handed,
+                        t.seen
+                    );
                 }
                 Err(e) => log::info!("handoff: p{p} to {owner} stopped, retried later: {e}"),
             }
         }
+        let total = c.vnodes.stores.len() as i64;
+        let g = &c.metrics.vnodes;
+        g.with_label_values(&["active"]).set(active);
+        g.with_label_values(&["handoff"]).set(holding);
+        g.with_label_values(&["idle"]).set(total - active - holding);
     }
 
-    /// Hand every object of vnode `t.partition` to `t.node`; the number handed off.
+    /// Hand every object of vnode `t.partition` to `t.node`.
     async fn transfer(
         &self,
         view: &Arc<crate::membership::ClusterView>,
         t: &Target,
-    ) -> Result<u64, Status> {
+    ) -> Result<Transferred, Status> {
         let c = &self.coordinator;
         let store = c.replicas.vnode_store(t.partition)?;
         let mut fold: Option<Fold> = None;
-        let mut handed = 0u64;
+        let (mut handed, mut seen) = (0u64, 0u64);
         let started = Instant::now();
         let mut sent_bytes = 0u64;
         loop {
@@ -119,8 +138,9 @@ impl Handoff {
                     .map_err(|e| Status::internal(e.to_string()))??;
             fold = rest;
             if batch.is_empty() {
-                return Ok(handed);
+                return Ok(Transferred { seen, handed });
             }
+            seen += batch.len() as u64;
             let deadline = Instant::now() + c.replicas.default_deadline;
             let sends = batch.iter().map(|it| {
                 c.merge_replica(
@@ -148,6 +168,7 @@ impl Handoff {
                     c.metrics.handoff_objects.inc();
                 }
                 sent_bytes += it.bytes;
+                c.metrics.handoff_bytes.inc_by(it.bytes);
             }
             if self.max_bytes_per_sec > 0 {
                 let due =
@@ -158,6 +179,13 @@ impl Handoff {
             }
         }
     }
+}
+
+/// What one transfer did: objects it found in the vnode, and those it dropped once the owner
+/// had them (an object changed meanwhile stays for the next pass).
+struct Transferred {
+    seen: u64,
+    handed: u64,
 }
 
 /// The next batch of objects of a vnode's fold (started on the first call).

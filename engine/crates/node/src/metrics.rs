@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
 
 use crate::vnodes::Vnodes;
 
@@ -23,10 +25,22 @@ pub struct Metrics {
     pub handoff_objects: IntCounter,
     /// Replicas of deleted keys dropped once every primary held the tombstones long enough.
     pub reaped: IntCounter,
+    /// Bytes of objects handed to their owners (hinted handoff).
+    pub handoff_bytes: IntCounter,
+    /// Vnodes by state (`active`: this node owns the partition; `handoff`: not owned and holding
+    /// objects still to hand to the owner; `idle`: not owned and empty), set by every handoff pass.
+    pub vnodes: IntGaugeVec,
+    /// Expiry (Unix seconds) of the certificate the gRPC port serves, when TLS is on.
+    pub tls_expiry: Arc<parking_lot::RwLock<Option<f64>>>,
 }
 
+/// The states of `levee_vnodes`.
+pub const VNODE_STATES: [&str; 3] = ["active", "handoff", "idle"];
+
 impl Metrics {
-    pub fn new(vnodes: Arc<Vnodes>) -> Metrics {
+    /// `self_name`: this node's member name (the initial `levee_vnodes` split, before the first
+    /// handoff pass refines it).
+    pub fn new(vnodes: Arc<Vnodes>, self_name: &str) -> Metrics {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new(
@@ -77,6 +91,37 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(reaped.clone())).unwrap();
+        let handoff_bytes = IntCounter::new(
+            "levee_handoff_bytes_total",
+            "Bytes of objects this node sent to their partition's owner in handoff",
+        )
+        .unwrap();
+        registry.register(Box::new(handoff_bytes.clone())).unwrap();
+        let vnode_gauge = IntGaugeVec::new(
+            Opts::new(
+                "levee_vnodes",
+                "Vnodes hosted, by state: active (owned), handoff (not owned, holding objects for the owner), idle (not owned, empty)",
+            ),
+            &["state"],
+        )
+        .unwrap();
+        {
+            let view = vnodes.membership.view();
+            let owned = (0..vnodes.stores.len() as u32)
+                .filter(|&p| view.claim.owner(p) == self_name)
+                .count();
+            let holding = (0..vnodes.stores.len())
+                .filter(|&p| {
+                    view.claim.owner(p as u32) != self_name && vnodes.stores[p].stats().last_sqn > 0
+                })
+                .count();
+            let idle = vnodes.stores.len() - owned - holding;
+            for (state, n) in VNODE_STATES.iter().zip([owned, holding, idle]) {
+                vnode_gauge.with_label_values(&[state]).set(n as i64);
+            }
+        }
+        registry.register(Box::new(vnode_gauge.clone())).unwrap();
+        let tls_expiry = Arc::new(parking_lot::RwLock::new(None));
         registry
             .register(Box::new(handoff_objects.clone()))
             .unwrap();
@@ -94,7 +139,11 @@ impl Metrics {
             .unwrap();
         let device = DiskDevice::for_path(&vnodes.data_dir);
         registry
-            .register(Box::new(EngineCollector { vnodes, device }))
+            .register(Box::new(EngineCollector {
+                vnodes,
+                device,
+                tls_expiry: tls_expiry.clone(),
+            }))
             .unwrap();
         Metrics {
             registry,
@@ -104,6 +153,9 @@ impl Metrics {
             hints,
             handoff_objects,
             reaped,
+            handoff_bytes,
+            vnodes: vnode_gauge,
+            tls_expiry,
         }
     }
 
@@ -159,6 +211,20 @@ impl DiskDevice {
 struct EngineCollector {
     vnodes: Arc<Vnodes>,
     device: Option<DiskDevice>,
+    tls_expiry: Arc<parking_lot::RwLock<Option<f64>>>,
+}
+
+/// (size, available to unprivileged users) in bytes of the filesystem holding `p`.
+fn filesystem_bytes(p: &Path) -> Option<(f64, f64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let frag = st.f_frsize as f64;
+    Some((st.f_blocks as f64 * frag, st.f_bavail as f64 * frag))
 }
 
 fn family(
@@ -208,12 +274,14 @@ impl Collector for EngineCollector {
         let max = |f: &dyn Fn(&levee_store::Stats) -> f64| stats.iter().map(f).fold(0.0, f64::max);
         use MetricType::{COUNTER, GAUGE};
         let one = |v: f64| vec![(vec![], v)];
+        let view = self.vnodes.membership.view();
+        let (fs_size, fs_avail) = filesystem_bytes(&self.vnodes.data_dir).unwrap_or((0.0, 0.0));
         let (io, weighted) = self
             .device
             .as_ref()
             .and_then(|d| d.read())
             .unwrap_or((0.0, 0.0));
-        vec![
+        let mut families = vec![
             family(
                 "levee_user_bytes_written_total",
                 "Bytes of keys, values and metadata accepted from clients",
@@ -286,7 +354,8 @@ impl Collector for EngineCollector {
                 GAUGE,
                 one(max(&|s| s.aae_rebuild_seconds)),
             ),
-            // Exchanges, repairs and handoff arrive with clustering; until then they stay at zero.
+            // Exchanges and repairs arrive with AAE exchange (the ring-changes issue); until
+            // then they stay at zero.
             family(
                 "levee_aae_exchanges_total",
                 "AAE exchanges with replicas",
@@ -300,16 +369,28 @@ impl Collector for EngineCollector {
                 one(0.0),
             ),
             family(
-                "levee_handoff_bytes_total",
-                "Bytes streamed in handoff",
-                COUNTER,
-                one(0.0),
+                "levee_members",
+                "Members in the member list this node uses",
+                GAUGE,
+                one(view.list.members().len() as f64),
             ),
             family(
-                "levee_vnodes",
-                "Vnodes hosted, by state",
+                "levee_member_list_version",
+                "Version of the member list this node uses (0: provisional, alone)",
                 GAUGE,
-                vec![(vec![("state", "active")], stats.len() as f64)],
+                one(view.list.version() as f64),
+            ),
+            family(
+                "levee_data_filesystem_size_bytes",
+                "Size of the filesystem holding the data directory",
+                GAUGE,
+                one(fs_size),
+            ),
+            family(
+                "levee_data_filesystem_avail_bytes",
+                "Bytes of that filesystem available to the node",
+                GAUGE,
+                one(fs_avail),
             ),
             family(
                 "levee_disk_io_time_seconds_total",
@@ -323,7 +404,16 @@ impl Collector for EngineCollector {
                 COUNTER,
                 one(weighted),
             ),
-        ]
+        ];
+        if let Some(t) = *self.tls_expiry.read() {
+            families.push(family(
+                "levee_tls_cert_expiry_timestamp_seconds",
+                "When the certificate the gRPC port serves expires (Unix time); present with TLS only",
+                GAUGE,
+                one(t),
+            ));
+        }
+        families
     }
 }
 

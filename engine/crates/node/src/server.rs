@@ -57,7 +57,10 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     );
     vnodes.membership.clone().watch(Duration::from_secs(1));
 
-    let metrics = Arc::new(Metrics::new(vnodes.clone()));
+    let metrics = Arc::new(Metrics::new(vnodes.clone(), &cfg.node_name));
+    if let Some(t) = &tls {
+        t.publish_expiry(metrics.tls_expiry.clone());
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {

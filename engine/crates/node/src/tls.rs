@@ -328,11 +328,22 @@ pub fn load_server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
     Contents::read(files)?.server_config(files)
 }
 
+/// Expiry (Unix seconds) of the first certificate in a PEM chain: the one the node presents.
+pub fn leaf_expiry(pem: &[u8]) -> Option<f64> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let cert = block.parse_x509().ok()?;
+    Some(cert.validity().not_after.timestamp() as f64)
+}
+
+/// Where the expiry of the served certificate is published (the metrics' gauge).
+pub type ExpirySink = Arc<RwLock<Option<f64>>>;
+
 /// The node's TLS state: the configuration new connections get, refreshed from the files.
 pub struct ServerTls {
     files: TlsFiles,
     reload_interval: Duration,
     current: RwLock<(Arc<ServerConfig>, Arc<Contents>)>,
+    expiry_sink: RwLock<Option<ExpirySink>>,
 }
 
 impl ServerTls {
@@ -343,7 +354,14 @@ impl ServerTls {
             files,
             reload_interval,
             current: RwLock::new((Arc::new(config), Arc::new(contents))),
+            expiry_sink: RwLock::new(None),
         })
+    }
+
+    /// Keep `sink` set to the expiry of the certificate served now (and after every reload).
+    pub fn publish_expiry(&self, sink: ExpirySink) {
+        *sink.write() = leaf_expiry(&self.current.read().1.cert);
+        *self.expiry_sink.write() = Some(sink);
     }
 
     pub fn describe(&self) -> String {
@@ -376,6 +394,9 @@ impl ServerTls {
             return Ok(false);
         }
         let config = contents.server_config(&self.files)?;
+        if let Some(sink) = &*self.expiry_sink.read() {
+            *sink.write() = leaf_expiry(&contents.cert);
+        }
         *self.current.write() = (Arc::new(config), Arc::new(contents));
         Ok(true)
     }
@@ -475,16 +496,20 @@ mod tests {
     /// Writes `ca.crt`, `tls.crt`, `tls.key` (the cert-manager Secret's names), a second CA
     /// `other-ca.crt` and `other.key` (a key of another certificate) into a temp dir.
     fn pki() -> Pki {
+        pki_until(4096)
+    }
+
+    /// `pki()` whose leaf certificate expires on 1 January of `year`.
+    fn pki_until(year: i32) -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let ca = ca.self_signed(&ca_key).unwrap();
         let leaf_key = rcgen::KeyPair::generate().unwrap();
-        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-            .unwrap()
-            .signed_by(&leaf_key, &ca, &ca_key)
-            .unwrap();
+        let mut leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        leaf.not_after = rcgen::date_time_ymd(year, 1, 1);
+        let leaf = leaf.signed_by(&leaf_key, &ca, &ca_key).unwrap();
         let other_key = rcgen::KeyPair::generate().unwrap();
         let w = |name: &str, s: String| std::fs::write(dir.path().join(name), s).unwrap();
         w("ca.crt", ca.pem());
@@ -681,5 +706,24 @@ mod tests {
         std::fs::copy(fresh.p("tls.key"), pki.p("tls.key")).unwrap();
         assert!(tls.reload().unwrap());
         assert!(!Arc::ptr_eq(&before, &tls.config()));
+    }
+
+    #[test]
+    fn the_served_certificates_expiry_is_published_and_follows_a_renewal() {
+        // 2030-01-01 and 2031-01-01 00:00:00 UTC.
+        let (y2030, y2031) = (1_893_456_000.0, 1_924_992_000.0);
+        let pki = pki_until(2030);
+        let tls = ServerTls::load(pki.files(false), Duration::from_secs(1)).unwrap();
+        let sink: ExpirySink = Arc::new(RwLock::new(None));
+        tls.publish_expiry(sink.clone());
+        assert_eq!(*sink.read(), Some(y2030));
+        // A renewal (certificate and key replaced) moves the published expiry with it.
+        let renewed = pki_until(2031);
+        for f in ["tls.crt", "tls.key"] {
+            std::fs::copy(renewed.p(f), pki.p(f)).unwrap();
+        }
+        assert!(tls.reload().unwrap());
+        assert_eq!(*sink.read(), Some(y2031));
+        assert_eq!(leaf_expiry(b"not a certificate"), None);
     }
 }

@@ -245,11 +245,29 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
         + counter(&metrics[1], "levee_hints_written_total").await;
     let handed = counter(&metrics[0], "levee_handoff_objects_total").await
         + counter(&metrics[1], "levee_handoff_objects_total").await;
-    eprintln!("hints written {hints}, objects handed off {handed}");
+    let handed_bytes = counter(&metrics[0], "levee_handoff_bytes_total").await
+        + counter(&metrics[1], "levee_handoff_bytes_total").await;
+    eprintln!("hints written {hints}, objects handed off {handed} ({handed_bytes} bytes)");
     assert!(
-        hints > 0.0 && handed > 0.0,
-        "hints {hints}, handed off {handed}"
+        hints > 0.0 && handed > 0.0 && handed_bytes > 0.0,
+        "hints {hints}, handed off {handed} objects, {handed_bytes} bytes"
     );
+    // Everything handed back: no member holds objects for another (levee_vnodes{state="handoff"}).
+    let start = Instant::now();
+    loop {
+        let mut holding = 0.0;
+        for m in &metrics {
+            holding += counter(m, "levee_vnodes{state=\"handoff\"}").await;
+        }
+        if holding == 0.0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{holding} vnodes still in state handoff 15 s after the replicas converged"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     let per_node = final_reads(&addrs).await;
     let union: BTreeMap<String, Vec<String>> = per_node[0].clone();

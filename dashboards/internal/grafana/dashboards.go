@@ -95,8 +95,12 @@ func Resources() *Dashboard {
 		Q{`sum by (pod) (levee_journal_disk_bytes{SEL})`, "{{pod}}"}), f(0), nil))
 	l.add(8, 8, withRange(timeseries("Ledger bytes per member", "Bytes of ledger SST files (keys and metadata) on disk.", "bytes",
 		Q{`sum by (pod) (levee_ledger_disk_bytes{SEL})`, "{{pod}}"}), f(0), nil))
-	l.add(8, 8, withRange(timeseries("Vnodes per member by state", "Vnodes each member hosts, by state.", "none",
+	l.add(8, 8, withRange(timeseries("Vnodes per member by state", "Vnodes each member hosts: active (owned), handoff (holding objects for their owner), idle.", "none",
 		Q{`sum by (pod, state) (levee_vnodes{SEL})`, "{{pod}} {{state}}"}), f(0), nil))
+	l.add(12, 8, withRange(timeseries("Data filesystem used per member", "Share of the filesystem holding each member's data directory that is used (1 - available/size). LeveeDiskNearlyFull fires above 90%.", "percentunit",
+		Q{`1 - sum by (pod) (levee_data_filesystem_avail_bytes{SEL}) / sum by (pod) (levee_data_filesystem_size_bytes{SEL})`, "{{pod}}"}), f(0), f(1)))
+	l.add(12, 8, withRange(timeseries("Data filesystem available per member", "Bytes of the data filesystem available to each member.", "bytes",
+		Q{`sum by (pod) (levee_data_filesystem_avail_bytes{SEL})`, "{{pod}}"}), f(0), nil))
 	return dashboard("levee-resources", "levee / Node resources",
 		"Per-member resources of levee clusters: CPU versus disk busyness, write amplification, bytes on disk, write stalls and merge backlog.", l)
 }

@@ -22,8 +22,31 @@ die() { echo "local-cluster: $*" >&2; exit 1; }
 alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 
+# free_port: a port nothing listens on now, chosen below the kernel's ephemeral range. A port
+# from bind(0) is an ephemeral one, which the kernel hands to the next outgoing connection of any
+# process (a test's client, another node) before the node binds it — the node then fails with
+# "Address already in use", at start or when a killed node restarts on its ports.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except OSError:
+    low = 32768
+for _ in range(200):
+    port = random.randrange(10000, low) if low > 11000 else 0
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        print(s.getsockname()[1])
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+else:
+    raise SystemExit("local-cluster: no free port below the ephemeral range")
+PY
 }
 
 # members_json VERSION NAME... : the member list of the named nodes, from their ports files.
@@ -69,6 +92,8 @@ wait_ready() {
     if ! alive "$(cat "$nd/pid")"; then
       echo "local-cluster: $name exited during start; its log:" >&2
       tail -n 30 "$nd/log" >&2
+      # A port taken meanwhile (another process's listener): `up` tries again on other ports.
+      grep -q "Address already in use" "$nd/log" && return 3
       exit 1
     fi
     if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$metrics/readyz', timeout=1)" 2>/dev/null; then
@@ -99,13 +124,14 @@ case "$cmd" in
     [ -x "$bin" ] || die "no levee binary at $bin (build it: cargo build --release -p levee-node, or set LEVEE_BIN)"
     mkdir -p "$dir"
     [ ! -e "$dir/members.json" ] || die "$dir already holds a cluster (run down, then remove it)"
-    names=()
-    for i in $(seq 1 "$n"); do
-      name=n$i
-      names+=("$name")
-      mkdir -p "$dir/$name"
-      echo "$(free_port) $(free_port)" > "$dir/$name/ports"
-      cat > "$dir/$name/levee.toml" <<EOF
+    for attempt in 1 2 3; do
+      names=()
+      for i in $(seq 1 "$n"); do
+        name=n$i
+        names+=("$name")
+        mkdir -p "$dir/$name"
+        echo "$(free_port) $(free_port)" > "$dir/$name/ports"
+        cat > "$dir/$name/levee.toml" <<EOF
 # written by hack/local-cluster.sh
 [cluster]
 name = "local"
@@ -119,11 +145,24 @@ conflict = "siblings"
 sync_on_write = $sync
 aae_segments = 4096
 EOF
+      done
+      # The list exists before any node starts: each commits it as its first list.
+      write_members "$dir" 1 "${names[@]}"
+      for name in "${names[@]}"; do start_node "$dir" "$name"; done
+      ready=0
+      for name in "${names[@]}"; do
+        wait_ready "$dir" "$name" || { ready=$?; break; }
+      done
+      [ "$ready" -eq 0 ] && break
+      echo "local-cluster: a port was taken; starting the cluster again on other ports (attempt $attempt)" >&2
+      for name in "${names[@]}"; do
+        pid=$(cat "$dir/$name/pid" 2>/dev/null) || continue
+        kill -KILL "$pid" 2>/dev/null || true
+        while alive "$pid"; do sleep 0.05; done
+      done
+      rm -rf "${dir:?}"/*
+      [ "$attempt" -lt 3 ] || die "ports kept being taken; giving up after 3 attempts"
     done
-    # The list exists before any node starts: each commits it as its first list.
-    write_members "$dir" 1 "${names[@]}"
-    for name in "${names[@]}"; do start_node "$dir" "$name"; done
-    for name in "${names[@]}"; do wait_ready "$dir" "$name"; done
     ;;
   start)
     [ $# -eq 2 ] || usage

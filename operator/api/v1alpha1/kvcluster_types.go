@@ -335,6 +335,10 @@ const (
 	ConditionMonitoring = "MonitoringReady"
 	// ConditionTLS is False when TLS is enabled but cert-manager CRDs are missing.
 	ConditionTLS = "TLSReady"
+	// ConditionAutoscaling is True while the autoscaler can judge the cluster from its signals,
+	// False (reason SignalsUnavailable) when it takes no action for want of them; absent while
+	// autoscaling is disabled.
+	ConditionAutoscaling = "AutoscalerReady"
 )
 
 // Phases reported in status.phase.
@@ -388,6 +392,10 @@ type MaintenanceStatus struct {
 	Compaction *MaintenanceRun `json:"compaction,omitempty"`
 	// +optional
 	AAERebuild *MaintenanceRun `json:"aaeRebuild,omitempty"`
+	// Deferred says why queued maintenance Jobs are held back now (the autoscaler found members'
+	// disks saturated by foreground load); empty when they may run.
+	// +optional
+	Deferred string `json:"deferred,omitempty"`
 }
 
 // KVClusterStatus is the observed state of a levee cluster.

@@ -50,6 +50,10 @@ func Decide(sig Signals, spec Spec, hist History, now time.Time) Verdict {
 	}
 	if gaps := missingSeries(sig, spec, now); gaps != "" {
 		v.Reason = "no action: " + gaps
+		if gate != "" {
+			// A member added by a step in flight has no series yet: say what holds scaling too.
+			v.Reason += "; no scaling while " + gate + " anyway"
+		}
 		return v
 	}
 

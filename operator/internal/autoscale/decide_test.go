@@ -223,6 +223,10 @@ func TestDecide(t *testing.T) {
 		{name: "missing data while in flight is still gated", sig: func(Spec) Signals { return Signals{} }, hist: func() History {
 			return History{InFlight: InFlight{RingChange: true}}
 		}, bottle: BottleneckUnknown, want: 3, press: PressureUnknown, gated: true},
+		{name: "a member added by the step in flight has no series yet: both are said", sig: edit(cpuLoad, func(s *Signals) { delete(s.Members, "orders-2") }),
+			hist: func() History { return History{InFlight: InFlight{Step: true}} }, bottle: BottleneckUnknown, want: 3,
+			reason: []string{"no action: series process_cpu_seconds_total missing for orders-2", "; no scaling while the previous scale step is not applied yet anyway"},
+			press:  PressureUnknown, gated: true},
 
 		// --- what breaks a window -------------------------------------------------------------
 		{name: "a gated observation restarts the window", sig: with(cpuLoad), hist: func() History {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,15 +49,18 @@ type KVClusterReconciler struct {
 	// APIReader reads objects the operator does not cache (the TLS Secret: get only, no
 	// list/watch of Secrets). SetupWithManager sets it from the manager when nil.
 	APIReader client.Reader
+	// Autoscaler evaluates clusters with autoscaling enabled (nil: one with the defaults).
+	Autoscaler *Autoscaler
 }
 
 // RBAC: only the verbs the code calls. Children are written with server-side apply (patch;
 // create when they do not exist yet) and read from the cache (list, watch); only CronJobs
 // (pruning), maintenance Jobs (dropping expired ones), the ServiceMonitor (monitoring turned off)
 // and the PrometheusRule earlier versions created (get and delete only: the rules now ship with
-// the Helm chart) are ever deleted. Nothing is written with update.
+// the Helm chart) are ever deleted. Nothing is written with update. KVClusters are patched only
+// by the autoscaler (spec.replicas, guarded by a JSON-patch test of the value it read).
 // kvclusters/finalizers update: setting blockOwnerDeletion on children requires it.
-// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=list;watch
+// +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=list;watch;create;patch
@@ -77,6 +81,7 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.Get(ctx, req.NamespacedName, &c); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetMetrics(req.Namespace, req.Name)
+			r.autoscaler().Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -87,11 +92,24 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	orig := c.DeepCopy()
 	kvv1.SetDefaults(&c) // the API server already defaulted; this guards builders against old objects
 
-	obs := r.applyChildren(ctx, &c)
+	// The autoscaler first: its verdict may defer maintenance Jobs this reconcile would resume.
+	var scaled *AutoscaleOutcome
+	if c.Spec.Autoscaling != nil && c.Spec.Autoscaling.Enabled {
+		jobs, err := r.listMaintenanceJobs(ctx, &c)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		scaled = r.autoscaler().Evaluate(ctx, &c, jobs, r.now())
+	} else {
+		r.autoscaler().Forget(req.NamespacedName)
+	}
+	obs := r.applyChildren(ctx, &c, MaintenanceDeferral(scaled))
+	obs.Autoscale = scaled
 	now := metav1.NewTime(r.now())
 	status := ComputeStatus(&c, obs, now)
 	r.explain(orig, status, obs)
 	recordMetrics(&c, status)
+	recordAutoscaleMetrics(&c, scaled)
 	if !equality.Semantic.DeepEqual(orig.Status, status) {
 		patched := orig.DeepCopy()
 		patched.Status = status
@@ -105,7 +123,39 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if obs.ApplyErr != nil {
 		return ctrl.Result{}, obs.ApplyErr
 	}
-	return ctrl.Result{}, nil
+	if scaled == nil {
+		return ctrl.Result{}, nil
+	}
+	if scaled.ScaleTo != nil {
+		if err := r.scaleTo(ctx, &c, *scaled.ScaleTo); err != nil {
+			return ctrl.Result{}, err
+		}
+		if r.Recorder != nil {
+			r.Recorder.Eventf(&c, corev1.EventTypeNormal, ReasonAutoscaled, "replicas %d → %d: %s",
+				c.Spec.Replicas, *scaled.ScaleTo, scaled.Verdict.Reason)
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.autoscaler().every()}, nil
+}
+
+func (r *KVClusterReconciler) autoscaler() *Autoscaler {
+	if r.Autoscaler == nil {
+		r.Autoscaler = &Autoscaler{}
+	}
+	return r.Autoscaler
+}
+
+// scaleTo sets spec.replicas, only if it still holds the value the verdict was made for (a
+// user's change in between wins: the patch's test fails and the next evaluation starts over).
+func (r *KVClusterReconciler) scaleTo(ctx context.Context, c *kvv1.KVCluster, n int32) error {
+	patch := fmt.Sprintf(`[{"op":"test","path":"/spec/replicas","value":%d},{"op":"replace","path":"/spec/replicas","value":%d}]`, c.Spec.Replicas, n)
+	if err := r.Patch(ctx, c.DeepCopy(), client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // changed or gone meanwhile: the next reconcile decides again
+		}
+		return fmt.Errorf("autoscaler: cannot set spec.replicas of KVCluster %s/%s to %d: %w", c.Namespace, c.Name, n, err)
+	}
+	return nil
 }
 
 // explain records Events for what changed in this reconcile.
@@ -131,6 +181,23 @@ func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus
 			} else {
 				r.Recorder.Eventf(c, corev1.EventTypeNormal, "MaintenanceSucceeded", "Job %s: %s", p[1].Job, p[1].Message)
 			}
+		}
+	}
+	oldDeferred := ""
+	if c.Status.Maintenance != nil {
+		oldDeferred = c.Status.Maintenance.Deferred
+	}
+	switch {
+	case obs.MaintenanceDeferred != "" && oldDeferred == "":
+		r.Recorder.Event(c, corev1.EventTypeNormal, ReasonMaintenanceDeferred, obs.MaintenanceDeferred)
+	case obs.MaintenanceDeferred == "" && oldDeferred != "":
+		r.Recorder.Event(c, corev1.EventTypeNormal, ReasonMaintenanceResumed, "disks are no longer saturated: queued maintenance Jobs may run")
+	}
+	if a := st.Autoscaler; a != nil && obs.Autoscale != nil && obs.Autoscale.ScaleTo == nil {
+		old := meta.FindStatusCondition(c.Status.Conditions, kvv1.ConditionAutoscaling)
+		now := meta.FindStatusCondition(st.Conditions, kvv1.ConditionAutoscaling)
+		if now != nil && now.Status == metav1.ConditionFalse && (old == nil || old.Status != metav1.ConditionFalse) {
+			r.Recorder.Event(c, corev1.EventTypeWarning, ReasonSignalsUnavailable, now.Message)
 		}
 	}
 	for _, j := range obs.DroppedJobs {
@@ -176,7 +243,7 @@ func (r *KVClusterReconciler) apply(ctx context.Context, c *kvv1.KVCluster, obj 
 	return nil
 }
 
-func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVCluster) Observed {
+func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVCluster, deferMaintenance string) Observed {
 	var obs Observed
 	var errs []error
 	add := func(err error) {
@@ -233,7 +300,7 @@ func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVClust
 		obs.LastAAERebuild = aae.Status.LastSuccessfulTime
 	}
 
-	maint, err := r.gateMaintenance(ctx, c, &obs)
+	maint, err := r.gateMaintenance(ctx, c, &obs, deferMaintenance)
 	add(err)
 	obs.Maintenance = maint
 
@@ -272,17 +339,13 @@ func (r *KVClusterReconciler) applyChildren(ctx context.Context, c *kvv1.KVClust
 
 // gateMaintenance lets at most one maintenance Job of the cluster run (see PlanGate) and
 // reports the latest Job of each kind member by member.
-func (r *KVClusterReconciler) gateMaintenance(ctx context.Context, c *kvv1.KVCluster, obs *Observed) (*kvv1.MaintenanceStatus, error) {
-	var list batchv1.JobList
-	if err := r.List(ctx, &list, client.InNamespace(c.Namespace),
-		client.MatchingLabels{labelInstance: c.Name}, client.HasLabels{LabelMaintenance}); err != nil {
-		return nil, fmt.Errorf("cannot list maintenance Jobs: %w", err)
+func (r *KVClusterReconciler) gateMaintenance(ctx context.Context, c *kvv1.KVCluster, obs *Observed, deferred string) (*kvv1.MaintenanceStatus, error) {
+	jobs, err := r.listMaintenanceJobs(ctx, c)
+	if err != nil {
+		return nil, err
 	}
-	jobs := make([]*batchv1.Job, 0, len(list.Items))
-	for i := range list.Items {
-		jobs = append(jobs, &list.Items[i])
-	}
-	d := PlanGate(jobs, r.now())
+	d := PlanGate(jobs, r.now(), deferred)
+	obs.MaintenanceDeferred = d.Deferred
 	var errs []error
 	for _, j := range d.Drop {
 		if err := r.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {

@@ -27,6 +27,8 @@ type GateDecision struct {
 	ResumeDeadline *int64
 	// Drop are queued Jobs whose time has passed; they are deleted and reported.
 	Drop []*batchv1.Job
+	// Deferred: a Job could have been resumed but maintenance is deferred (the reason).
+	Deferred string
 }
 
 // minResumeSeconds: a queued compaction Job with less of its slot left is dropped.
@@ -45,8 +47,10 @@ func jobFinished(j *batchv1.Job) bool {
 func jobSuspended(j *batchv1.Job) bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
 
 // PlanGate decides which maintenance Job of one cluster may run now. jobs are the
-// cluster's maintenance Jobs (any order); now is the clock.
-func PlanGate(jobs []*batchv1.Job, now time.Time) GateDecision {
+// cluster's maintenance Jobs (any order); now is the clock; deferred, when not empty, holds
+// every queued Job back (the autoscaler found disks saturated by foreground load) — a
+// compaction whose slot runs out meanwhile is still dropped.
+func PlanGate(jobs []*batchv1.Job, now time.Time, deferred string) GateDecision {
 	var queued []*batchv1.Job
 	for _, j := range jobs {
 		switch {
@@ -66,6 +70,7 @@ func PlanGate(jobs []*batchv1.Job, now time.Time) GateDecision {
 	})
 	var d GateDecision
 	for _, j := range queued {
+		var deadline *int64
 		if j.Labels[LabelMaintenance] == MaintenanceCompaction && j.Spec.ActiveDeadlineSeconds != nil {
 			waited := int64(now.Sub(j.CreationTimestamp.Time) / time.Second)
 			left := *j.Spec.ActiveDeadlineSeconds - max(waited, 0)
@@ -74,10 +79,14 @@ func PlanGate(jobs []*batchv1.Job, now time.Time) GateDecision {
 				continue
 			}
 			if waited > 0 {
-				d.ResumeDeadline = ptr(left)
+				deadline = ptr(left)
 			}
 		}
-		d.Resume = j
+		if deferred != "" {
+			d.Deferred = deferred
+			continue
+		}
+		d.Resume, d.ResumeDeadline = j, deadline
 		return d
 	}
 	return d

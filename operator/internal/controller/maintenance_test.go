@@ -63,9 +63,11 @@ func TestPlanGate(t *testing.T) {
 		name     string
 		jobs     []*batchv1.Job
 		now      time.Time
+		deferred string // the autoscaler's deferral
 		resume   string
 		deadline *int64
 		drop     []string
+		held     bool // the decision says it held a Job back for the deferral
 	}{
 		{name: "nothing queued", jobs: nil, now: t0},
 		{name: "a fresh compaction Job runs at once with its full slot",
@@ -92,10 +94,21 @@ func TestPlanGate(t *testing.T) {
 		{name: "same creation time: by name",
 			jobs: []*batchv1.Job{job("kv-compact-1-x", MaintenanceCompaction, t0), job("kv-compact-0-x", MaintenanceCompaction, t0)},
 			now:  t0, resume: "kv-compact-0-x"},
+		{name: "deferred: a queued Job waits while disks are saturated",
+			jobs: []*batchv1.Job{job("c1", MaintenanceCompaction, t0), job("a1", MaintenanceAAE, t0.Add(time.Minute))},
+			now:  t0.Add(2 * time.Minute), deferred: "disks of kv-0 are saturated", held: true},
+		{name: "deferred: an expired compaction is still dropped, the AAE Job behind it waits",
+			jobs: []*batchv1.Job{job("c1", MaintenanceCompaction, t0), job("a1", MaintenanceAAE, t0.Add(time.Minute))},
+			now:  t0.Add(90 * time.Minute), deferred: "disks of kv-0 are saturated", drop: []string{"c1"}, held: true},
+		{name: "deferred with nothing queued holds nothing back",
+			jobs: []*batchv1.Job{job("c1", MaintenanceCompaction, t0, running)}, now: t0, deferred: "disks of kv-0 are saturated"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := PlanGate(tc.jobs, tc.now)
+			d := PlanGate(tc.jobs, tc.now, tc.deferred)
+			if held := d.Deferred != ""; held != tc.held || (held && d.Deferred != tc.deferred) {
+				t.Errorf("deferred %q, want held %v (%q)", d.Deferred, tc.held, tc.deferred)
+			}
 			got := ""
 			if d.Resume != nil {
 				got = d.Resume.Name

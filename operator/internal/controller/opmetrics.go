@@ -2,9 +2,11 @@ package controller
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+	"github.com/levee-io/levee/operator/internal/autoscale"
 )
 
 // The operator's own metrics (docs/metrics.md, "Operator metrics"), served on the manager's
@@ -19,10 +21,64 @@ var (
 		Name: "levee_operator_maintenance_failed",
 		Help: "1 when the latest maintenance Job of this kind (compaction, aae-rebuild) of a KVCluster failed, else 0",
 	}, []string{"kvcluster_namespace", "kvcluster", "kind"})
+
+	autoscalerDesired = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "levee_operator_autoscaler_desired_replicas",
+		Help: "Members the autoscaler's latest verdict wants for a KVCluster (clusters with autoscaling enabled)",
+	}, []string{"kvcluster_namespace", "kvcluster"})
+	autoscalerBottleneck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "levee_operator_autoscaler_bottleneck",
+		Help: "1 for the bottleneck (cpu, disk, none, unknown) of the autoscaler's latest verdict, 0 for the others",
+	}, []string{"kvcluster_namespace", "kvcluster", "bottleneck"})
+	autoscalerUtilisation = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "levee_operator_autoscaler_utilisation_ratio",
+		Help: "What the autoscaler's latest verdict measured: mean CPU use over the CPU request (resource cpu), mean disk busy fraction (resource disk); NaN when unknown",
+	}, []string{"kvcluster_namespace", "kvcluster", "resource"})
+	autoscalerSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "levee_operator_autoscaler_steps_total",
+		Help: "Scale steps the autoscaler made, by direction (out, in)",
+	}, []string{"kvcluster_namespace", "kvcluster", "direction"})
 )
 
+// Bottlenecks are the bottleneck label values of levee_operator_autoscaler_bottleneck.
+var Bottlenecks = []autoscale.Bottleneck{autoscale.BottleneckCPU, autoscale.BottleneckDisk, autoscale.BottleneckNone, autoscale.BottleneckUnknown}
+
 func init() {
-	metrics.Registry.MustRegister(kvclusterReplicas, maintenanceFailed)
+	metrics.Registry.MustRegister(kvclusterReplicas, maintenanceFailed,
+		autoscalerDesired, autoscalerBottleneck, autoscalerUtilisation, autoscalerSteps)
+}
+
+// recordAutoscaleMetrics sets the autoscaler's metrics of a KVCluster from an evaluation (nil:
+// autoscaling disabled, its series are dropped).
+func recordAutoscaleMetrics(c *kvv1.KVCluster, o *AutoscaleOutcome) {
+	labels := prometheus.Labels{"kvcluster_namespace": c.Namespace, "kvcluster": c.Name}
+	if o == nil {
+		for _, v := range []interface {
+			DeletePartialMatch(prometheus.Labels) int
+		}{autoscalerDesired, autoscalerBottleneck, autoscalerUtilisation, autoscalerSteps} {
+			v.DeletePartialMatch(labels)
+		}
+		return
+	}
+	v := o.Verdict
+	autoscalerDesired.WithLabelValues(c.Namespace, c.Name).Set(float64(v.DesiredReplicas))
+	for _, b := range Bottlenecks {
+		val := 0.0
+		if b == v.Bottleneck {
+			val = 1
+		}
+		autoscalerBottleneck.WithLabelValues(c.Namespace, c.Name, string(b)).Set(val)
+	}
+	autoscalerUtilisation.WithLabelValues(c.Namespace, c.Name, "cpu").Set(v.CPU)
+	autoscalerUtilisation.WithLabelValues(c.Namespace, c.Name, "disk").Set(v.DiskBusy)
+	out, in := autoscalerSteps.WithLabelValues(c.Namespace, c.Name, "out"), autoscalerSteps.WithLabelValues(c.Namespace, c.Name, "in")
+	if o.ScaleTo != nil {
+		if *o.ScaleTo > c.Spec.Replicas {
+			out.Inc()
+		} else {
+			in.Inc()
+		}
+	}
 }
 
 // ReplicaKinds are the kind label values of levee_operator_kvcluster_replicas.
@@ -75,4 +131,5 @@ func forgetMetrics(namespace, name string) {
 	labels := prometheus.Labels{"kvcluster_namespace": namespace, "kvcluster": name}
 	kvclusterReplicas.DeletePartialMatch(labels)
 	maintenanceFailed.DeletePartialMatch(labels)
+	recordAutoscaleMetrics(&kvv1.KVCluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}, nil)
 }

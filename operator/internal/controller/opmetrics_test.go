@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+	"github.com/levee-io/levee/operator/internal/autoscale"
 	"github.com/levee-io/levee/operator/internal/metricsdoc"
 )
 
@@ -59,6 +60,9 @@ func TestOperatorMetricsAreDocumented(t *testing.T) {
 	c := cluster(func(c *kvv1.KVCluster) { c.Namespace, c.Name = "docs", "contract" })
 	recordMetrics(c, kvv1.KVClusterStatus{Replicas: 3, ReadyReplicas: 3,
 		Maintenance: &kvv1.MaintenanceStatus{Compaction: &kvv1.MaintenanceRun{Phase: kvv1.MaintenanceFailed}}})
+	to := int32(4)
+	recordAutoscaleMetrics(c, &AutoscaleOutcome{ScaleTo: &to, Verdict: autoscale.Verdict{
+		Bottleneck: autoscale.BottleneckCPU, DesiredReplicas: 4, CPU: 0.9, DiskBusy: 0.2}})
 	fams, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +97,12 @@ func TestOperatorMetricsAreDocumented(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(maintenanceFailed.WithLabelValues("docs", "contract", MaintenanceCompaction)); v != 1 {
 		t.Errorf("maintenance_failed{compaction} = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(autoscalerBottleneck.WithLabelValues("docs", "contract", "cpu")); v != 1 {
+		t.Errorf("autoscaler_bottleneck{cpu} = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(autoscalerSteps.WithLabelValues("docs", "contract", "out")); v != 1 {
+		t.Errorf("autoscaler_steps_total{out} = %v, want 1", v)
 	}
 	forgetMetrics("docs", "contract")
 	fams, err = metrics.Registry.Gather()

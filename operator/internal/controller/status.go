@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
+	"github.com/levee-io/levee/operator/internal/autoscale"
 )
 
 // Observed is what one reconcile saw and did; ComputeStatus turns it into status.
@@ -34,6 +35,10 @@ type Observed struct {
 	// LegacyPrometheusRuleDeleted: this reconcile deleted the PrometheusRule an earlier
 	// operator version created for the cluster.
 	LegacyPrometheusRuleDeleted bool
+	// Autoscale is the autoscaler's evaluation (nil: autoscaling disabled).
+	Autoscale *AutoscaleOutcome
+	// MaintenanceDeferred says why queued maintenance Jobs were held back ("" when not).
+	MaintenanceDeferred string
 }
 
 // Condition reasons.
@@ -52,6 +57,14 @@ const (
 	ReasonDisabled            = "Disabled"
 	ReasonCAMissing           = "CACertificateMissing"
 	ReasonMemberListInvalid   = "MemberListInvalid"
+	// Autoscaler: the verdict rests on complete signals / took no action for want of them;
+	// the Event of a scale step; maintenance held back for saturated disks, and released.
+	ReasonSignalsComplete     = "SignalsComplete"
+	ReasonSignalsUnavailable  = "SignalsUnavailable"
+	ReasonScalingHeld         = "ScalingHeld"
+	ReasonAutoscaled          = "Autoscaled"
+	ReasonMaintenanceDeferred = "MaintenanceDeferred"
+	ReasonMaintenanceResumed  = "MaintenanceResumed"
 	// ReasonPrometheusRuleRemoved: the Event of deleting the PrometheusRule an earlier operator
 	// version created for the cluster.
 	ReasonPrometheusRuleRemoved = "PrometheusRuleRemoved"
@@ -197,6 +210,23 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	if obs.LastAAERebuild != nil {
 		st.LastAAERebuild = obs.LastAAERebuild
 	}
+	switch o := obs.Autoscale; {
+	case o == nil:
+		st.Autoscaler = nil
+		meta.RemoveStatusCondition(&st.Conditions, kvv1.ConditionAutoscaling)
+	default:
+		st.Autoscaler = AutoscalerStatus(o)
+		switch {
+		case o.Verdict.Observation.Gated:
+			// A step, ring change or maintenance Job in flight: a member being added has no
+			// series yet, which is no fault of the signals.
+			set(kvv1.ConditionAutoscaling, true, ReasonScalingHeld, o.Verdict.Reason)
+		case o.Verdict.Bottleneck == autoscale.BottleneckUnknown:
+			set(kvv1.ConditionAutoscaling, false, ReasonSignalsUnavailable, o.Verdict.Reason)
+		default:
+			set(kvv1.ConditionAutoscaling, true, ReasonSignalsComplete, o.Verdict.Reason)
+		}
+	}
 	// Finished Jobs are removed after a week (TTL) or by the CronJob history limit: the last
 	// report stays until a newer Job replaces it.
 	if m := obs.Maintenance; m != nil {
@@ -209,6 +239,32 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 		if m.AAERebuild != nil {
 			st.Maintenance.AAERebuild = m.AAERebuild
 		}
+	}
+	switch {
+	case obs.MaintenanceDeferred != "":
+		if st.Maintenance == nil {
+			st.Maintenance = &kvv1.MaintenanceStatus{}
+		}
+		st.Maintenance.Deferred = obs.MaintenanceDeferred
+	case st.Maintenance != nil:
+		st.Maintenance.Deferred = ""
+	}
+	return st
+}
+
+// AutoscalerStatus is status.autoscaler for an evaluation.
+func AutoscalerStatus(o *AutoscaleOutcome) *kvv1.AutoscalerStatus {
+	v := o.Verdict
+	st := &kvv1.AutoscalerStatus{
+		Bottleneck:      kvv1.Bottleneck(v.Bottleneck),
+		CPU:             autoscale.Percent(v.CPU),
+		DiskBusy:        autoscale.Percent(v.DiskBusy),
+		DesiredReplicas: v.DesiredReplicas,
+		Reason:          v.Reason,
+	}
+	if !o.LastScaleTime.IsZero() {
+		t := metav1.NewTime(o.LastScaleTime)
+		st.LastScaleTime = &t
 	}
 	return st
 }

@@ -130,6 +130,7 @@ func run(m *testing.M) int {
 	}
 	if err := (&controller.KVClusterReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Discovery: disc, Recorder: mgr.GetEventRecorderFor("levee-operator"),
+		Autoscaler: fastAutoscaler(),
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1

@@ -11,131 +11,41 @@ package prometheus
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
 	"github.com/levee-io/levee/operator/internal/autoscale"
+	"github.com/levee-io/levee/operator/internal/testprom"
 )
 
 const (
 	namespace = "it"
-	scrape    = time.Second
 	rateOver  = 5 * time.Second
 	upWindow  = 4 * time.Second
 	downWin   = 6 * time.Second
 	evalEvery = 500 * time.Millisecond
 )
 
-// load is what a member does: CPU cores, disk busy fraction, disk queue depth, latency of every
-// request (seconds) and requests per second.
-type load struct{ cpu, disk, queue, latency, rps float64 }
-
-// member is one fake levee node: a collector whose counters grow at the rates of its load.
-type member struct {
-	mu                                    sync.Mutex
-	l                                     load
-	last                                  time.Time
-	cpuTotal, diskTotal, queueTotal, reqs float64
-	hideDisk                              bool
-}
-
-var (
-	cpuDesc   = prometheus.NewDesc(autoscale.MetricCPU, "CPU time", nil, nil)
-	diskDesc  = prometheus.NewDesc(autoscale.MetricDiskBusy, "disk busy time", nil, nil)
-	queueDesc = prometheus.NewDesc(autoscale.MetricDiskWeighted, "weighted disk time", nil, nil)
-	latDesc   = prometheus.NewDesc(autoscale.MetricLatency, "request latency", []string{"op"}, nil)
-	buckets   = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+type (
+	load    = testprom.Load
+	cluster = testprom.Cluster
 )
 
-func (m *member) set(l load)         { m.mu.Lock(); m.advance(); m.l = l; m.mu.Unlock() }
-func (m *member) setHideDisk(h bool) { m.mu.Lock(); m.hideDisk = h; m.mu.Unlock() }
-
-func (m *member) advance() {
-	now := time.Now()
-	if !m.last.IsZero() {
-		dt := now.Sub(m.last).Seconds()
-		m.cpuTotal += m.l.cpu * dt
-		m.diskTotal += m.l.disk * dt
-		m.queueTotal += m.l.queue * dt
-		m.reqs += m.l.rps * dt
-	}
-	m.last = now
-}
-
-// Describe sends nothing: an unchecked collector.
-func (m *member) Describe(chan<- *prometheus.Desc) {}
-
-func (m *member) Collect(ch chan<- prometheus.Metric) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.advance()
-	ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, m.cpuTotal)
-	if !m.hideDisk {
-		ch <- prometheus.MustNewConstMetric(diskDesc, prometheus.CounterValue, m.diskTotal)
-		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.CounterValue, m.queueTotal)
-	}
-	cum := map[float64]uint64{}
-	for _, b := range buckets {
-		if m.l.latency <= b {
-			cum[b] = uint64(m.reqs)
-		}
-	}
-	ch <- prometheus.MustNewConstHistogram(latDesc, uint64(m.reqs), m.reqs*m.l.latency, cum, "get")
-}
-
-// cluster is a KVCluster's worth of members, each served on its own loopback port.
-type cluster struct {
-	name    string
-	profile kvv1.StorageProfile
-	members []*member
-	addrs   []string
-}
-
 func newCluster(t *testing.T, name string, profile kvv1.StorageProfile, n int, l load) *cluster {
-	t.Helper()
-	c := &cluster{name: name, profile: profile}
-	for range n {
-		m := &member{l: l}
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(m)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		c.members = append(c.members, m)
-		c.addrs = append(c.addrs, ln.Addr().String())
-	}
-	return c
-}
-
-func (c *cluster) set(l load) {
-	for _, m := range c.members {
-		m.set(l)
-	}
+	return testprom.NewCluster(t, namespace, name, profile, n, l)
 }
 
 // kv is the KVCluster the autoscaler reads its settings from.
-func (c *cluster) kv() *kvv1.KVCluster {
-	k := &kvv1.KVCluster{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: namespace}}
-	k.Spec.Replicas = int32(len(c.members))
-	k.Spec.Storage.Profile = c.profile
+func kv(c *cluster) *kvv1.KVCluster {
+	k := &kvv1.KVCluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: namespace}}
+	k.Spec.Replicas = int32(len(c.Members))
+	k.Spec.Storage.Profile = c.Profile
 	k.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	k.Spec.Autoscaling = &kvv1.AutoscalingSpec{
 		Enabled: true, MinReplicas: 3, MaxReplicas: 6, PrometheusURL: "http://unused",
@@ -143,70 +53,6 @@ func (c *cluster) kv() *kvv1.KVCluster {
 		ScaleDownStabilization: &metav1.Duration{Duration: downWin},
 	}
 	return k
-}
-
-// startPrometheus writes a config scraping every member of every cluster every second, starts
-// the binary on a loopback port and waits until it is ready.
-func startPrometheus(t *testing.T, clusters ...*cluster) string {
-	t.Helper()
-	bin := os.Getenv("PROMETHEUS")
-	if bin == "" {
-		bin = "/usr/bin/prometheus"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("no Prometheus binary at %s (run `make -C operator prometheus-test`, which installs Debian's prometheus): %v", bin, err)
-	}
-	dir := t.TempDir()
-	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %s\n  scrape_timeout: 900ms\nscrape_configs:\n- job_name: levee\n  static_configs:\n", scrape)
-	for _, c := range clusters {
-		for i, a := range c.addrs {
-			fmt.Fprintf(&cfg, "  - targets: [%q]\n    labels: {namespace: %q, service: %q, pod: \"%s-%d\"}\n", a, namespace, c.name+"-headless", c.name, i)
-		}
-	}
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	url := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus at %s not ready after 20s: %v", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // autoscaler plays the operator's loop for one cluster: read, decide, record.
@@ -226,9 +72,9 @@ func newAutoscaler(t *testing.T, url string, c *cluster) *autoscaler {
 	tuning := autoscale.DefaultTuning()
 	tuning.MaxSignalAge = 5 * time.Second
 	tuning.MaxObservationGap = 3 * time.Second
-	q := autoscale.QueriesFor(c.kv())
+	q := autoscale.QueriesFor(kv(c))
 	q.Window = rateOver
-	return &autoscaler{client: client, queries: q, spec: autoscale.SpecFrom(c.kv(), tuning)}
+	return &autoscaler{client: client, queries: q, spec: autoscale.SpecFrom(kv(c), tuning)}
 }
 
 func (a *autoscaler) eval(t *testing.T) autoscale.Verdict {
@@ -307,18 +153,18 @@ func (a *autoscaler) afterStep(t *testing.T, v autoscale.Verdict) {
 func TestAutoscalerWithRealPrometheus(t *testing.T) {
 	start := time.Now()
 	var (
-		cpuLoad   = load{cpu: 0.9, disk: 0.2, queue: 0.5, latency: 0.002, rps: 200}
-		diskLoad  = load{cpu: 0.3, disk: 0.95, queue: 12, latency: 0.02, rps: 200}
-		shallow   = load{cpu: 0.3, disk: 0.95, queue: 1, latency: 0.002, rps: 200}
-		idle      = load{cpu: 0.05, disk: 0.05, queue: 0.1, latency: 0.001, rps: 5}
-		steadyCPU = load{cpu: 0.5, disk: 0.2, queue: 0.5, latency: 0.002, rps: 200}
+		cpuLoad   = load{CPU: 0.9, Disk: 0.2, Queue: 0.5, Latency: 0.002, RPS: 200}
+		diskLoad  = load{CPU: 0.3, Disk: 0.95, Queue: 12, Latency: 0.02, RPS: 200}
+		shallow   = load{CPU: 0.3, Disk: 0.95, Queue: 1, Latency: 0.002, RPS: 200}
+		idle      = load{CPU: 0.05, Disk: 0.05, Queue: 0.1, Latency: 0.001, RPS: 5}
+		steadyCPU = load{CPU: 0.5, Disk: 0.2, Queue: 0.5, Latency: 0.002, RPS: 200}
 	)
 	cpu := newCluster(t, "cpu", kvv1.StorageHDD, 3, steadyCPU)
 	disk := newCluster(t, "disk", kvv1.StorageHDD, 3, steadyCPU)
 	nvme := newCluster(t, "nvme", kvv1.StorageNVMe, 3, shallow)
 	idleC := newCluster(t, "idle", kvv1.StorageHDD, 4, idle)
 	gap := newCluster(t, "gap", kvv1.StorageHDD, 3, cpuLoad)
-	url := startPrometheus(t, cpu, disk, nvme, idleC, gap)
+	url := testprom.StartPrometheus(t, cpu, disk, nvme, idleC, gap)
 	ready := func(v autoscale.Verdict) bool { return v.Bottleneck != autoscale.BottleneckUnknown }
 
 	t.Run("cpu-bound series scale out one step after the window", func(t *testing.T) {
@@ -327,7 +173,7 @@ func TestAutoscalerWithRealPrometheus(t *testing.T) {
 		if vs := a.until(t, 20*time.Second, ready); !ready(vs[len(vs)-1]) {
 			t.Fatalf("signals never complete:\n%s", dump(vs))
 		}
-		cpu.set(cpuLoad)
+		cpu.Set(cpuLoad)
 		vs := a.until(t, 25*time.Second, func(v autoscale.Verdict) bool { return v.DesiredReplicas != 3 })
 		v := firstStep(t, vs, 3, autoscale.PressureHigh, upWindow)
 		if v.Bottleneck != autoscale.BottleneckCPU || v.DesiredReplicas != 4 || !strings.Contains(v.Reason, "scaling out to 4: cpu-bound") {
@@ -346,7 +192,7 @@ func TestAutoscalerWithRealPrometheus(t *testing.T) {
 		if vs := a.until(t, 20*time.Second, ready); !ready(vs[len(vs)-1]) {
 			t.Fatalf("signals never complete:\n%s", dump(vs))
 		}
-		disk.set(diskLoad)
+		disk.Set(diskLoad)
 		vs := a.until(t, 25*time.Second, func(v autoscale.Verdict) bool { return v.DesiredReplicas != 3 })
 		v := firstStep(t, vs, 3, autoscale.PressureHigh, upWindow)
 		if v.Bottleneck != autoscale.BottleneckDisk || strings.Join(v.DiskSaturated, ",") != "disk-0,disk-1,disk-2" {
@@ -368,7 +214,7 @@ func TestAutoscalerWithRealPrometheus(t *testing.T) {
 				t.Fatalf("shallow queue:\n%s", dump(vs))
 			}
 		}
-		nvme.set(load{cpu: 0.3, disk: 0.95, queue: 12, latency: 0.02, rps: 200})
+		nvme.Set(load{CPU: 0.3, Disk: 0.95, Queue: 12, Latency: 0.02, RPS: 200})
 		vs = a.until(t, 15*time.Second, func(v autoscale.Verdict) bool { return v.Bottleneck == autoscale.BottleneckDisk })
 		if v := vs[len(vs)-1]; v.Bottleneck != autoscale.BottleneckDisk || !strings.Contains(v.Reason, "disk-bound for") {
 			t.Fatalf("deep queue never disk-bound:\n%s", dump(vs))
@@ -393,7 +239,7 @@ func TestAutoscalerWithRealPrometheus(t *testing.T) {
 		if vs := a.until(t, 20*time.Second, ready); !ready(vs[len(vs)-1]) {
 			t.Fatalf("signals never complete:\n%s", dump(vs))
 		}
-		gap.members[2].setHideDisk(true)
+		gap.Members[2].HideDisk(true)
 		vs := a.until(t, 2*upWindow+3*time.Second, func(autoscale.Verdict) bool { return false })
 		for _, v := range vs {
 			if v.DesiredReplicas != 3 {

@@ -251,6 +251,7 @@ func TestPanelQueriesAreScoped(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"namespace": "$namespace", "service": "${cluster}-headless", "pod": "$member"}
+	wantOp := map[string]string{"kvcluster_namespace": "$namespace", "kvcluster": "$cluster"}
 	for _, e := range all {
 		if !e.Panel {
 			continue
@@ -262,6 +263,10 @@ func TestPanelQueriesAreScoped(t *testing.T) {
 			continue
 		}
 		for _, vs := range exprs.Selectors(raw) {
+			want := want
+			if strings.HasPrefix(vs.Name, exprs.OperatorPrefix) {
+				want = wantOp // the operator's series name the cluster by its own labels
+			}
 			for l, v := range want {
 				ok := false
 				for _, m := range vs.LabelMatchers {

@@ -53,8 +53,11 @@ func TestFull(t *testing.T) {
 	// sample's 1 GiB segments would need 64 GiB per member before the first one closes and
 	// compaction may touch it; the big-store step writes a few GiB.
 	applied := time.Now()
-	e.step("apply the NVMe sample KVCluster (16 MiB journal segments)", func() {
-		e.applySample("kv_v1alpha1_kvcluster_nvme.yaml", `{"spec":{"engine":{"journalSegmentBytes":16777216}}}`)
+	// Autoscaling on, held at 3 members (a step would move no data yet: ring transitions are
+	// the ring-changes work), so the operator reads this Prometheus and reports verdicts.
+	e.step("apply the NVMe sample KVCluster (16 MiB journal segments, autoscaling held at 3)", func() {
+		e.applySample("kv_v1alpha1_kvcluster_nvme.yaml", `{"spec":{"engine":{"journalSegmentBytes":16777216}}}`,
+			fmt.Sprintf(`{"spec":{"autoscaling":{"enabled":true,"minReplicas":3,"maxReplicas":3,"prometheusURL":"http://prometheus-operated.%s.svc:9090"}}}`, monitoringNS))
 	})
 	e.step("KVCluster Available", func() { e.waitAvailable(cluster, 10*time.Minute) })
 	e.step("malformed KVClusters are refused by the API server with their messages", func() {
@@ -114,6 +117,9 @@ func TestFull(t *testing.T) {
 	})
 	e.step("Prometheus scrapes every member and the operator, and has loaded levee's rules", func() {
 		e.prometheusSees(out, cluster, 3)
+	})
+	e.step("the operator's autoscaler reads Prometheus: a verdict in status.autoscaler, AutoscalerReady True", func() {
+		e.autoscalerVerdict(out, cluster)
 	})
 	e.step(fmt.Sprintf("a store of at least %d GiB per member (64 KiB values written and overwritten)", e.bigStoreGiB), func() {
 		e.fillStore(out, cluster, 3)

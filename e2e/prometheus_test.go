@@ -134,3 +134,52 @@ func (e *env) prometheusSees(out, cluster string, members int) {
 		time.Sleep(5 * time.Second)
 	}
 }
+
+// autoscalerVerdict waits until the operator's autoscaler has judged the cluster from the
+// signals this Prometheus holds (status.autoscaler.bottleneck other than unknown, condition
+// AutoscalerReady True) and saves the KVCluster's status in out/autoscaler.json.
+func (e *env) autoscalerVerdict(out, cluster string) {
+	t := e.t
+	t.Helper()
+	type status struct {
+		Status struct {
+			Autoscaler struct {
+				Bottleneck      string `json:"bottleneck"`
+				CPU             int    `json:"cpu"`
+				DiskBusy        int    `json:"diskBusy"`
+				DesiredReplicas int    `json:"desiredReplicas"`
+				Reason          string `json:"reason"`
+			} `json:"autoscaler"`
+			Conditions []struct {
+				Type, Status, Reason, Message string
+			} `json:"conditions"`
+		} `json:"status"`
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		body := e.kubectl("-n", clusterNS, "get", "kvcluster", cluster, "-o", "json")
+		var c status
+		if err := json.Unmarshal([]byte(body), &c); err != nil {
+			t.Fatalf("kvcluster %s: %v", cluster, err)
+		}
+		ready := ""
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == "AutoscalerReady" {
+				ready = cond.Status + "/" + cond.Reason + ": " + cond.Message
+			}
+		}
+		a := c.Status.Autoscaler
+		if a.Bottleneck != "" && a.Bottleneck != "unknown" && strings.HasPrefix(ready, "True/") {
+			_ = os.WriteFile(filepath.Join(out, "autoscaler.json"), []byte(body), 0o644)
+			if a.DesiredReplicas != 3 {
+				t.Fatalf("autoscaling is held at 3 members, but the verdict wants %d: %s", a.DesiredReplicas, a.Reason)
+			}
+			t.Logf("autoscaler: bottleneck %s, CPU %d%% of request, disk busy %d%%, desired %d: %s", a.Bottleneck, a.CPU, a.DiskBusy, a.DesiredReplicas, a.Reason)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 4 min the autoscaler has no verdict: status.autoscaler %+v, AutoscalerReady %q", a, ready)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}

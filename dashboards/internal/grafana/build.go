@@ -3,13 +3,15 @@ package grafana
 import "strings"
 
 // Q is one query of a panel: a PromQL expression and its legend. `SEL` in Expr stands for
-// Selector (the namespace, cluster and member matchers).
+// Selector (the namespace, cluster and member matchers of node series), `OPSEL` for
+// OperatorSelector (the namespace and cluster matchers of the operator's series).
 type Q struct {
 	Expr, Legend string
 }
 
 func (q Q) target(refID string) Target {
-	return Target{Datasource: DS, EditorMode: "code", Expr: strings.ReplaceAll(q.Expr, "SEL", Selector),
+	expr := strings.ReplaceAll(strings.ReplaceAll(q.Expr, "OPSEL", OperatorSelector), "SEL", Selector)
+	return Target{Datasource: DS, EditorMode: "code", Expr: expr,
 		LegendFormat: q.Legend, Range: true, RefID: refID}
 }
 

@@ -8,6 +8,7 @@ func All() map[string]*Dashboard {
 		"levee-overview.json":    Overview(),
 		"levee-resources.json":   Resources(),
 		"levee-maintenance.json": Maintenance(),
+		"levee-autoscaler.json":  Autoscaler(),
 	}
 }
 
@@ -141,4 +142,28 @@ func Maintenance() *Dashboard {
 		Q{`sum by (pod) (rate(levee_handoff_bytes_total{SEL}[$__rate_interval]))`, "{{pod}}"}))
 	return dashboard("levee-maintenance", "levee / Maintenance",
 		"Background work of levee clusters: journal compaction, journal size, AAE rebuilds and exchanges, repairs, handoff.", l)
+}
+
+// Autoscaler: the operator's verdicts next to the signals they come from.
+func Autoscaler() *Dashboard {
+	l := &layout{}
+	l.row("Verdict (from the operator's metrics; clusters with autoscaling enabled)")
+	l.add(12, 8, timeseries("Members: wanted by the autoscaler versus desired, current and ready",
+		"The autoscaler's latest verdict (autoscaler wants) next to spec.replicas (desired), the pods the StatefulSet runs (current), the ready ones and the members in the published member list (listed).", "none",
+		Q{`max(levee_operator_autoscaler_desired_replicas{OPSEL})`, "autoscaler wants"},
+		Q{`max by (kind) (levee_operator_kvcluster_replicas{OPSEL})`, "{{kind}}"}))
+	l.add(12, 8, withRange(timeseries("Bottleneck", "1 for the bottleneck of the latest verdict: cpu, disk, none, or unknown (signals missing: the AutoscalerReady condition names them).", "none",
+		Q{`max by (bottleneck) (levee_operator_autoscaler_bottleneck{OPSEL})`, "{{bottleneck}}"}), f(0), f(1)))
+	l.add(12, 8, withRange(timeseries("Utilisation the verdict measured", "Mean CPU use over the CPU request (cpu) and mean disk busy fraction (disk) across members, as the autoscaler read them; compare with spec.autoscaling.cpuTarget and diskBusyTarget.", "percentunit",
+		Q{`max by (resource) (levee_operator_autoscaler_utilisation_ratio{OPSEL})`, "{{resource}}"}), f(0), nil))
+	l.add(12, 8, bars(timeseries("Scale steps per hour", "Steps the autoscaler made in the hour before each point, by direction.", "none",
+		Q{`sum by (direction) (increase(levee_operator_autoscaler_steps_total{OPSEL}[1h]))`, "{{direction}}"})))
+
+	l.row("Signals per member (the autoscaler's inputs)")
+	l.add(12, 8, withRange(timeseries("CPU cores per member", "CPU seconds per second of each member's process; the autoscaler divides by the CPU request.", "none",
+		Q{`sum by (pod) (rate(process_cpu_seconds_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), nil))
+	l.add(12, 8, withRange(timeseries("Disk busy per member", "Share of time each member's data device was busy; on nvme the queue depth decides (Node resources dashboard).", "percentunit",
+		Q{`max by (pod) (rate(levee_disk_io_time_seconds_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), f(1)))
+	return dashboard("levee-autoscaler", "levee / Autoscaler",
+		"The operator's autoscaling of levee clusters: verdicts, wanted versus actual members, the utilisation it measured and its steps, beside the per-member signals.", l)
 }

@@ -18,6 +18,11 @@ const SchemaVersion = 41
 // `namespace`, `service` and `pod`; the cluster variable shows `service` without the suffix.
 const Selector = `namespace=~"$namespace", service=~"${cluster}-headless", pod=~"$member"`
 
+// OperatorSelector matches the operator's series of the chosen clusters (`OPSEL` in a query):
+// the operator names a KVCluster by kvcluster_namespace and kvcluster, since a scrape of the
+// operator carries its own namespace and pod.
+const OperatorSelector = `kvcluster_namespace=~"$namespace", kvcluster=~"$cluster"`
+
 // DS is the templated Prometheus data source every panel and variable uses.
 var DS = &Datasource{Type: "prometheus", UID: "${datasource}"}
 

@@ -228,6 +228,7 @@ func TestDefaults(t *testing.T) {
 	objs := render(t)
 	// No PrometheusRule: `helm template` without --api-versions has no Prometheus Operator CRDs.
 	want := []string{"ClusterRole/lv-levee-operator", "ClusterRole/lv-levee-operator-metrics-reader", "ClusterRoleBinding/lv-levee-operator",
+		"ConfigMap/lv-levee-operator-dashboard-autoscaler",
 		"ConfigMap/lv-levee-operator-dashboard-maintenance", "ConfigMap/lv-levee-operator-dashboard-overview",
 		"ConfigMap/lv-levee-operator-dashboard-resources",
 		"Deployment/lv-levee-operator", "Role/lv-levee-operator-leader-election", "RoleBinding/lv-levee-operator-leader-election",

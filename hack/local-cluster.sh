@@ -6,6 +6,8 @@
 #   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
 #                                   start n1..nN; prints one line per node: name address metrics pid
 #   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
+#   local-cluster.sh add DIR NAME   prepare a new node (n1's config, free ports; not started,
+#                                   not a member): name it in a members list, then start it
 #   local-cluster.sh kill DIR NAME [SIGNAL]   signal one node (default KILL) and wait for it to exit
 #   local-cluster.sh members DIR VERSION NAME...   rewrite the members file with these members
 #   local-cluster.sh down DIR       stop every node (SIGTERM, then SIGKILL after 10 s)
@@ -20,7 +22,7 @@ bin=${LEVEE_BIN:-$here/engine/target/release/levee}
 die() { echo "local-cluster: $*" >&2; exit 1; }
 # alive PID: running and not a zombie (an orphan's zombie may wait for a reaper that never comes)
 alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
-usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" >&2; exit 2; }
 
 # free_port: a port nothing listens on now, chosen below the kernel's ephemeral range. A port
 # from bind(0) is an ephemeral one, which the kernel hands to the next outgoing connection of any
@@ -168,6 +170,16 @@ EOF
     [ $# -eq 2 ] || usage
     start_node "$1" "$2"
     wait_ready "$1" "$2"
+    ;;
+  add)
+    [ $# -eq 2 ] || usage
+    dir=$1 name=$2
+    [ -f "$dir/n1/levee.toml" ] || die "no cluster in $dir (run up first)"
+    [ ! -e "$dir/$name" ] || die "$dir/$name exists already"
+    [[ "$name" =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "a node name is lower-case letters, digits and '-', not '$name'"
+    mkdir -p "$dir/$name"
+    echo "$(free_port) $(free_port)" > "$dir/$name/ports"
+    cp "$dir/n1/levee.toml" "$dir/$name/levee.toml"
     ;;
   kill)
     [ $# -ge 2 ] || usage

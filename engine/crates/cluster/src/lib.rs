@@ -50,6 +50,7 @@ pub use handoff::{
 };
 pub use membership::change::{accept_without_transition, classify_change, MembershipChange};
 pub use membership::members::{Member, MemberList, MembersError};
+pub use membership::transition::{apply_list, ListChange, RingState};
 pub use object::{decode_contents, merge_needs_local_contents, Content, Object, ObjectError};
 pub use quorum::{
     BucketTypeProps, Failure, GetDecision, GetTracker, HeadReply, OptionsError, PutDecision,

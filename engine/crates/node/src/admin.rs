@@ -299,6 +299,12 @@ fn members_response(v: &ClusterView) -> pb::MembersResponse {
         owners: v.claim.owners().map(String::from).collect(),
         ring_size: v.claim.ring_size().get(),
         n_val: v.claim.n_val(),
+        target_owners: v
+            .target
+            .as_ref()
+            .map(|t| t.owners().map(String::from).collect())
+            .unwrap_or_default(),
+        routing_version: v.routing_list.version(),
     }
 }
 

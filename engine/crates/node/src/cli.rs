@@ -265,7 +265,8 @@ pub enum AdminCmd {
         conn: Conn,
     },
     /// Give the node a new member list: a JSON file as in docs/cluster.md ("Member list").
-    /// Refused when it would move partitions, or its version is not newer.
+    /// A list that moves partitions starts a ring transition (docs/cluster.md, "Ring
+    /// transitions"); refused when its version goes back or is reused for other content.
     SetMembers {
         #[command(flatten)]
         conn: Conn,
@@ -876,16 +877,36 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
 
 fn print_members(conn: &Conn, r: &pb::MembersResponse) {
     let owned = |name: &str| r.owners.iter().filter(|o| *o == name).count();
+    let target = |name: &str| r.target_owners.iter().filter(|o| *o == name).count();
+    let moving = r
+        .owners
+        .iter()
+        .zip(&r.target_owners)
+        .filter(|(a, b)| a != b)
+        .count();
+    let transition = if r.target_owners.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "ring transition under way: {moving} partitions move; requests still go by the claim of version {}\n",
+            r.routing_version
+        )
+    };
     let rows: Vec<String> = r
         .members
         .iter()
         .map(|m| {
+            let parts = if r.target_owners.is_empty() {
+                owned(&m.name).to_string()
+            } else {
+                format!("{} -> {}", owned(&m.name), target(&m.name))
+            };
             format!(
                 "{:30} {:40} {:15} {}",
                 m.name,
                 m.address,
                 if m.zone.is_empty() { "-" } else { &m.zone },
-                owned(&m.name)
+                parts
             )
         })
         .collect();
@@ -895,10 +916,12 @@ fn print_members(conn: &Conn, r: &pb::MembersResponse) {
             "version": r.version,
             "ring_size": r.ring_size,
             "n_val": r.n_val,
-            "members": r.members.iter().map(|m| json!({"name": m.name, "address": m.address, "zone": m.zone, "partitions": owned(&m.name)})).collect::<Vec<_>>(),
+            "routing_version": r.routing_version,
+            "moving_partitions": moving,
+            "members": r.members.iter().map(|m| json!({"name": m.name, "address": m.address, "zone": m.zone, "partitions": owned(&m.name), "target_partitions": target(&m.name)})).collect::<Vec<_>>(),
         }),
         format!(
-            "member list version {} ({} members, ring_size {}, n_val {})\n{:30} {:40} {:15} partitions\n{}",
+            "member list version {} ({} members, ring_size {}, n_val {})\n{transition}{:30} {:40} {:15} partitions\n{}",
             r.version,
             r.members.len(),
             r.ring_size,

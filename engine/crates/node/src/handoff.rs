@@ -11,6 +11,11 @@
 //! the next pass, which starts again from what is still here — the transfer resumes, it never
 //! restarts from scratch, and nothing is dropped before its owner has it. Transfers are
 //! throttled to `max_bytes_per_sec` (config `[handoff]`).
+//!
+//! After a ring transition the old owner's vnode goes the same way; objects the transition
+//! already streamed to the new owner (written no later than the stream's start) are dropped
+//! without being sent again. A vnode this node is about to own (the next owner in a transition
+//! under way) is not handed off: it is receiving.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +38,7 @@ type Fold = (
 
 pub struct Handoff {
     pub coordinator: Arc<Coordinator>,
+    transitions: Arc<crate::transition::Transitions>,
     /// Bytes per second a transfer may send (0: unthrottled).
     pub max_bytes_per_sec: u64,
     /// Per vnode: its last journal sequence number when a pass found nothing to hand off.
@@ -46,13 +52,20 @@ struct Item {
     object: Arc<Object>,
     set: SiblingSet,
     bytes: u64,
+    /// False: the owner has it already (a ring transition streamed it); only dropped here.
+    send: bool,
 }
 
 impl Handoff {
-    pub fn new(coordinator: Arc<Coordinator>, max_bytes_per_sec: u64) -> Handoff {
+    pub fn new(
+        coordinator: Arc<Coordinator>,
+        transitions: Arc<crate::transition::Transitions>,
+        max_bytes_per_sec: u64,
+    ) -> Handoff {
         let n = coordinator.vnodes.stores.len();
         Handoff {
             coordinator,
+            transitions,
             max_bytes_per_sec,
             clean: Mutex::new(vec![None; n]),
         }
@@ -74,12 +87,19 @@ impl Handoff {
         let (mut active, mut holding) = (0i64, 0i64);
         for (p, store) in c.vnodes.stores.iter().enumerate() {
             let owner = view.claim.owner(p as u32);
-            if owner == me {
+            if owner == me || view.next_owner(p as u32) == Some(me.as_str()) {
                 active += 1;
                 continue;
             }
             let sqn = store.stats().last_sqn;
             if self.clean.lock()[p] == Some(sqn) {
+                continue;
+            }
+            if self.transitions.settling()
+                && self.transitions.sent_through(p as u32, owner).is_some()
+            {
+                // Just streamed to its new owner: kept a moment for reads not yet rerouted.
+                holding += 1;
                 continue;
             }
             holding += 1;
@@ -129,11 +149,12 @@ impl Handoff {
         let (mut handed, mut seen) = (0u64, 0u64);
         let started = Instant::now();
         let mut sent_bytes = 0u64;
+        let sent_through = self.transitions.sent_through(t.partition, &t.node);
         loop {
             let st = store.clone();
             let partition = t.partition;
             let (batch, rest) =
-                tokio::task::spawn_blocking(move || next_batch(&st, fold, partition))
+                tokio::task::spawn_blocking(move || next_batch(&st, fold, partition, sent_through))
                     .await
                     .map_err(|e| Status::internal(e.to_string()))??;
             fold = rest;
@@ -142,7 +163,7 @@ impl Handoff {
             }
             seen += batch.len() as u64;
             let deadline = Instant::now() + c.replicas.default_deadline;
-            let sends = batch.iter().map(|it| {
+            let sends = batch.iter().filter(|it| it.send).map(|it| {
                 c.merge_replica(
                     view,
                     t,
@@ -165,10 +186,12 @@ impl Handoff {
                     .await?;
                 if dropped {
                     handed += 1;
-                    c.metrics.handoff_objects.inc();
                 }
-                sent_bytes += it.bytes;
-                c.metrics.handoff_bytes.inc_by(it.bytes);
+                if it.send {
+                    c.metrics.handoff_objects.inc();
+                    sent_bytes += it.bytes;
+                    c.metrics.handoff_bytes.inc_by(it.bytes);
+                }
             }
             if self.max_bytes_per_sec > 0 {
                 let due =
@@ -193,6 +216,7 @@ fn next_batch(
     store: &levee_store::Store,
     fold: Option<Fold>,
     partition: u32,
+    sent_through: Option<u64>,
 ) -> Result<(Vec<Item>, Option<Fold>), Status> {
     let (snap, mut objects) = match fold {
         Some(f) => f,
@@ -228,6 +252,7 @@ fn next_batch(
             object: Arc::new(object),
             set,
             bytes,
+            send: sent_through.is_none_or(|s| o.object.sqn > s),
         });
     }
     Ok((batch, Some((snap, objects))))

@@ -19,6 +19,7 @@ mod replica;
 mod ring;
 mod server;
 mod tls;
+mod transition;
 mod vnodes;
 
 use std::path::PathBuf;

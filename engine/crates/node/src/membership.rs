@@ -7,10 +7,12 @@
 //! *committed* to `<data_dir>/MEMBERS` (with the claim's owners) before it is used, so a restart
 //! keeps it even if the file is gone or older.
 //!
-//! A new list is applied through `levee_cluster::accept_without_transition`: the same claim (new
-//! addresses, or only a newer version) is adopted; a list that would move partitions is refused
-//! with the error naming what would move, and the node keeps its ring — ring transitions are a
-//! later issue. Never a silent change of ownership.
+//! A new list is applied through `levee_cluster::apply_list`: the same claim (new addresses, or
+//! only a newer version) is adopted at once; a list that moves partitions starts a *ring
+//! transition* — requests keep going by the claim in use (the routing claim) while each moving
+//! partition is streamed to its next owner (`transition.rs`), and the target claim routes once
+//! every move is done. Routing list, routing claim and target are committed together, so a
+//! restart resumes the transition where the list left it.
 //!
 //! Where the first list comes from, in order: the committed `MEMBERS`; the members file; the
 //! `[membership] members` of the config; else this node alone. The last two (and a members file in
@@ -24,7 +26,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use levee_cluster::{
-    accept_without_transition, Claim, Member, MemberList, MembersError, RingParams, RingSize,
+    apply_list, Claim, ListChange, Member, MemberList, MembersError, RingParams, RingSize,
+    RingState,
 };
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
@@ -39,11 +42,65 @@ pub const MEMBERS_FILE: &str = "MEMBERS";
 /// list whatever it moves (the operator's first list is version 1).
 pub const PROVISIONAL: u64 = 0;
 
-/// A member list and the claim computed from it.
+/// The member list, the claim requests are routed with, and the transition under way.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
+    /// The newest member list.
     pub list: MemberList,
+    /// The routing claim.
     pub claim: Claim,
+    /// The list the routing claim was made for (members leaving in a transition are found here).
+    pub routing_list: MemberList,
+    /// The claim a transition moves to (`None`: none runs).
+    pub target: Option<Claim>,
+}
+
+impl ClusterView {
+    /// A view with no transition.
+    pub fn settled(list: MemberList, claim: Claim) -> ClusterView {
+        ClusterView::from(RingState::settled(list, claim))
+    }
+
+    /// A member by name, leaving members included.
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.list.get(name).or_else(|| self.routing_list.get(name))
+    }
+
+    /// The ring as `levee_cluster` reasons about it.
+    pub fn ring(&self) -> RingState {
+        RingState {
+            list: self.list.clone(),
+            routing_list: self.routing_list.clone(),
+            routing: self.claim.clone(),
+            target: self.target.clone(),
+        }
+    }
+
+    /// The owner `partition` moves to in the transition under way, if it moves.
+    pub fn next_owner(&self, partition: u32) -> Option<&str> {
+        let t = self.target.as_ref()?;
+        let to = t.owner(partition);
+        (to != self.claim.owner(partition)).then_some(to)
+    }
+}
+
+impl From<RingState> for ClusterView {
+    fn from(r: RingState) -> ClusterView {
+        ClusterView {
+            list: r.list,
+            claim: r.routing,
+            routing_list: r.routing_list,
+            target: r.target,
+        }
+    }
+}
+
+/// The routing list of a committed transition (when it differs from the newest list).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommittedList {
+    version: u64,
+    members: Vec<Member>,
 }
 
 /// What `MEMBERS` holds.
@@ -54,8 +111,14 @@ struct Committed {
     members: Vec<Member>,
     ring_size: u32,
     n_val: u32,
-    /// Owner of each partition, by name.
+    /// Owner of each partition under the routing claim, by name.
     owners: Vec<String>,
+    /// During a transition that removes members: the list the routing claim was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    routing: Option<CommittedList>,
+    /// During a transition: owner of each partition under the target claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    target_owners: Option<Vec<String>>,
 }
 
 /// What applying a new list did.
@@ -63,8 +126,10 @@ struct Committed {
 pub enum Applied {
     /// Same version, same members.
     Unchanged,
-    /// Adopted: the claim kept every owner.
+    /// Adopted: the claim kept every owner (or a transition was cancelled or retargeted).
     Adopted { from: u64, to: u64 },
+    /// Adopted, and a ring transition moves `moves` partitions (see `transition.rs`).
+    Transition { from: u64, to: u64, moves: usize },
 }
 
 /// The node's membership: the view in use, where it is committed, and the members file.
@@ -88,7 +153,7 @@ impl Membership {
             None => {
                 let list = first_list(cfg, listening)?;
                 let claim = Claim::initial(params, &list.claim_members())?;
-                let v = ClusterView { list, claim };
+                let v = ClusterView::settled(list, claim);
                 if v.list.version() == PROVISIONAL {
                     log::info!(
                         "membership: no versioned member list yet; running with a provisional one \
@@ -147,7 +212,7 @@ impl Membership {
             }
             let claim = Claim::initial(cur.claim.params(), &new.claim_members())
                 .map_err(MembersError::from)?;
-            let v = ClusterView { list: new, claim };
+            let v = ClusterView::settled(new, claim);
             if to != PROVISIONAL {
                 commit(&self.data_dir, &v).map_err(ApplyError::Commit)?;
             }
@@ -155,16 +220,64 @@ impl Membership {
             log::info!("membership: member list version {to} replaces the provisional list");
             return Ok(Applied::Adopted { from, to });
         }
-        match accept_without_transition(&cur.list, &cur.claim, &new)? {
-            None => Ok(Applied::Unchanged),
-            Some(claim) => {
-                let v = ClusterView { list: new, claim };
-                commit(&self.data_dir, &v).map_err(ApplyError::Commit)?;
-                *self.view.write() = Arc::new(v);
+        let v = match apply_list(&cur.ring(), &new)? {
+            ListChange::Unchanged => return Ok(Applied::Unchanged),
+            ListChange::Adopted(state) => ClusterView::from(state),
+        };
+        commit(&self.data_dir, &v).map_err(ApplyError::Commit)?;
+        let moves = v.ring().moves();
+        let applied = if moves.is_empty() {
+            if cur.target.is_some() {
+                log::info!(
+                    "membership: member list version {to} (was {from}) names the routing claim's \
+                     members again: the ring transition is cancelled, nothing moves"
+                );
+            } else {
                 log::info!("membership: adopted member list version {to} (was {from}); the claim is unchanged");
-                Ok(Applied::Adopted { from, to })
             }
+            Applied::Adopted { from, to }
+        } else {
+            let mut to_whom: std::collections::BTreeMap<&str, usize> = Default::default();
+            for m in &moves {
+                *to_whom.entry(m.to.as_str()).or_default() += 1;
+            }
+            log::info!(
+                "membership: member list version {to} (was {from}) starts a ring transition: {} of {} \
+                 partitions move ({}); requests keep the current owners until every move is done",
+                moves.len(),
+                v.claim.ring_size(),
+                to_whom
+                    .iter()
+                    .map(|(n, c)| format!("{c} to {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Applied::Transition {
+                from,
+                to,
+                moves: moves.len(),
+            }
+        };
+        *self.view.write() = Arc::new(v);
+        Ok(applied)
+    }
+
+    /// Every move of the transition to member list `version` is done: the target routes from
+    /// now on (committed first). False when no transition to that version is under way (it
+    /// completed already, or a newer list changed it).
+    pub fn complete(&self, version: u64) -> Result<bool> {
+        let _one = self.apply_lock.lock();
+        let cur = self.view();
+        if cur.target.is_none() || cur.list.version() != version {
+            return Ok(false);
         }
+        let v = ClusterView::from(cur.ring().completed());
+        commit(&self.data_dir, &v)?;
+        *self.view.write() = Arc::new(v);
+        log::info!(
+            "membership: ring transition to member list version {version} complete: the new claim routes"
+        );
+        Ok(true)
     }
 
     /// Read and apply the members file, logging the outcome. A missing or unreadable file keeps
@@ -304,10 +417,52 @@ fn read_committed(data_dir: &Path, params: RingParams) -> Result<Option<ClusterV
     }
     let list = MemberList::new(c.version, c.members)
         .with_context(|| format!("member list in {}", path.display()))?;
-    let owners: Vec<&str> = c.owners.iter().map(String::as_str).collect();
-    let claim = Claim::from_owners(params, &list.claim_members(), &owners)
-        .with_context(|| format!("claim in {}", path.display()))?;
-    Ok(Some(ClusterView { list, claim }))
+    let routing_list = match c.routing {
+        Some(r) => MemberList::new(r.version, r.members)
+            .with_context(|| format!("routing member list in {}", path.display()))?,
+        None => list.clone(),
+    };
+    let v = view_of(
+        params,
+        list,
+        routing_list,
+        &c.owners,
+        c.target_owners.as_deref(),
+    )
+    .with_context(|| format!("claim in {}", path.display()))?;
+    Ok(Some(v))
+}
+
+/// A view from its lists and owners (as committed, or as a peer reports its ring).
+pub fn view_of(
+    params: RingParams,
+    list: MemberList,
+    routing_list: MemberList,
+    owners: &[String],
+    target_owners: Option<&[String]>,
+) -> Result<ClusterView> {
+    let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+    let claim = Claim::from_owners(params, &routing_list.claim_members(), &owners)
+        .context("routing claim")?;
+    let target = match target_owners {
+        Some(t) if !t.is_empty() => {
+            let t: Vec<&str> = t.iter().map(String::as_str).collect();
+            Some(Claim::from_owners(params, &list.claim_members(), &t).context("target claim")?)
+        }
+        _ => None,
+    };
+    Ok(ClusterView {
+        list,
+        claim,
+        routing_list,
+        target,
+    })
+}
+
+/// Commit a view taken from a peer (a member joining with an empty data directory), so the node
+/// starts with the ring the others route with.
+pub fn commit_peer_view(data_dir: &Path, v: &ClusterView) -> Result<()> {
+    commit(data_dir, v)
 }
 
 /// Write `MEMBERS` durably: temp file, fsync, rename, fsync of the directory.
@@ -319,6 +474,14 @@ fn commit(data_dir: &Path, v: &ClusterView) -> Result<()> {
         ring_size: v.claim.ring_size().get(),
         n_val: v.claim.n_val(),
         owners: v.claim.owners().map(String::from).collect(),
+        routing: (v.routing_list != v.list).then(|| CommittedList {
+            version: v.routing_list.version(),
+            members: v.routing_list.members().to_vec(),
+        }),
+        target_owners: v
+            .target
+            .as_ref()
+            .map(|t| t.owners().map(String::from).collect()),
     };
     let path = data_dir.join(MEMBERS_FILE);
     let tmp = data_dir.join(format!("{MEMBERS_FILE}.tmp"));
@@ -387,11 +550,11 @@ mod tests {
     }
 
     #[test]
-    fn a_new_address_is_adopted_and_a_join_is_refused_keeping_the_ring() {
+    fn a_new_address_is_adopted_and_a_join_starts_a_transition_that_survives_a_restart() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("members.json");
         std::fs::write(&f, list(1, &["n1", "n2", "n3"]).to_json()).unwrap();
-        let m = Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
+        let m = Membership::load(&cfg(d.path(), Some(f.clone())), ADDR).unwrap();
         let owners: Vec<String> = m.view().claim.owners().map(String::from).collect();
 
         let mut moved = list(2, &["n1", "n2", "n3"]).members().to_vec();
@@ -404,26 +567,84 @@ mod tests {
         assert_eq!(m.view().list.get("n2").unwrap().address, "10.9.9.9:8087");
         assert_eq!(m.apply(moved).unwrap(), Applied::Unchanged);
 
-        let err = m.apply(list(3, &["n1", "n2", "n3", "n4"])).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ApplyError::Refused(MembersError::TransitionRefused { .. })
-            ),
-            "{err}"
-        );
-        assert!(err.to_string().contains("n4"), "{err}");
-        assert_eq!(m.view().list.version(), 2, "the refused list is not used");
+        let Applied::Transition {
+            from: 2,
+            to: 3,
+            moves,
+        } = m.apply(list(3, &["n1", "n2", "n3", "n4"])).unwrap()
+        else {
+            panic!("a join starts a transition")
+        };
+        assert!(moves >= 3, "n4 takes about a quarter of 16: {moves}");
+        let v = m.view();
+        assert_eq!(v.list.version(), 3);
         assert_eq!(
-            m.view()
+            v.claim.owners().map(String::from).collect::<Vec<_>>(),
+            owners,
+            "requests keep the old owners during the transition"
+        );
+        let target: Vec<String> = v
+            .target
+            .as_ref()
+            .unwrap()
+            .owners()
+            .map(String::from)
+            .collect();
+        assert_eq!(target.iter().filter(|o| *o == "n4").count(), moves);
+        let back = m.apply(list(1, &["n1", "n2", "n3"])).unwrap_err();
+        assert!(back.to_string().contains("back"), "{back}");
+
+        // Committed: a restart (members file gone) resumes the same transition.
+        std::fs::remove_file(&f).unwrap();
+        let again = Membership::load(&cfg(d.path(), Some(f.clone())), ADDR).unwrap();
+        let w = again.view();
+        assert_eq!(w.list, v.list);
+        assert_eq!(
+            w.claim.owners().collect::<Vec<_>>(),
+            v.claim.owners().collect::<Vec<_>>()
+        );
+        assert_eq!(w.target, v.target);
+        // Completing another version does nothing; completing this one makes the target route.
+        assert!(!again.complete(2).unwrap());
+        assert!(again.complete(3).unwrap());
+        assert_eq!(
+            again
+                .view()
                 .claim
                 .owners()
                 .map(String::from)
                 .collect::<Vec<_>>(),
-            owners
+            target
         );
-        let back = m.apply(list(1, &["n1", "n2", "n3"])).unwrap_err();
-        assert!(back.to_string().contains("back"), "{back}");
+        assert!(again.view().target.is_none());
+        let third = Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
+        assert!(third.view().target.is_none());
+        assert_eq!(
+            third
+                .view()
+                .claim
+                .owners()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+            target
+        );
+    }
+
+    #[test]
+    fn a_leaving_member_stays_addressable_until_the_transition_completes() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("members.json");
+        std::fs::write(&f, list(1, &["n1", "n2", "n3", "n4"]).to_json()).unwrap();
+        let m = Membership::load(&cfg(d.path(), Some(f.clone())), ADDR).unwrap();
+        assert!(matches!(
+            m.apply(list(2, &["n1", "n2", "n3"])).unwrap(),
+            Applied::Transition { .. }
+        ));
+        let again = Membership::load(&cfg(d.path(), Some(f)), ADDR).unwrap();
+        assert_eq!(again.view().member("n4").unwrap().address, "10.0.0.4:8087");
+        assert!(again.view().list.get("n4").is_none());
+        assert!(again.complete(2).unwrap());
+        assert!(again.view().member("n4").is_none());
     }
 
     #[test]
@@ -467,7 +688,10 @@ mod tests {
         assert_eq!(m.view().claim.partitions_of("n1").len(), 6);
         let again = Membership::load(&cfg(d.path(), None), ADDR).unwrap();
         assert_eq!(again.view().list.version(), 1, "committed from then on");
-        // Committed: now a join is a ring transition, refused.
-        assert!(again.apply(list(2, &["n1", "n2", "n3", "n4"])).is_err());
+        // Committed: now a join is a ring transition.
+        assert!(matches!(
+            again.apply(list(2, &["n1", "n2", "n3", "n4"])).unwrap(),
+            Applied::Transition { .. }
+        ));
     }
 }

@@ -21,11 +21,15 @@ pub struct Metrics {
     pub read_repairs: IntCounterVec,
     /// Hints of writes stored for unreachable primaries.
     pub hints: IntCounter,
-    /// Objects handed back to their primaries (hinted handoff).
+    /// Objects sent to their partition's owner: hinted handoff, and ring transitions.
     pub handoff_objects: IntCounter,
+    /// Ring transitions this node completed (switched to the target claim).
+    pub transitions_completed: IntCounter,
+    /// Writes to a moving vnode whose forward to the next owner failed (a catch-up sends them).
+    pub transition_forwards_failed: IntCounter,
     /// Replicas of deleted keys dropped once every primary held the tombstones long enough.
     pub reaped: IntCounter,
-    /// Bytes of objects handed to their owners (hinted handoff).
+    /// Bytes of objects sent to their partition's owner (hinted handoff, ring transitions).
     pub handoff_bytes: IntCounter,
     /// Vnodes by state (`active`: this node owns the partition; `handoff`: not owned and holding
     /// objects still to hand to the owner; `idle`: not owned and empty), set by every handoff pass.
@@ -81,9 +85,25 @@ impl Metrics {
         .unwrap();
         let handoff_objects = IntCounter::new(
             "levee_handoff_objects_total",
-            "Objects this node handed back to their primaries and dropped (hinted handoff)",
+            "Objects this node sent to their partition's owner (hinted handoff) or next owner (ring transitions)",
         )
         .unwrap();
+        let transitions_completed = IntCounter::new(
+            "levee_ring_transitions_completed_total",
+            "Ring transitions this node completed: every moving partition was sent, the new claim routes",
+        )
+        .unwrap();
+        registry
+            .register(Box::new(transitions_completed.clone()))
+            .unwrap();
+        let transition_forwards_failed = IntCounter::new(
+            "levee_transition_forwards_failed_total",
+            "Writes to a moving vnode whose forward to the next owner failed (sent again by a catch-up fold)",
+        )
+        .unwrap();
+        registry
+            .register(Box::new(transition_forwards_failed.clone()))
+            .unwrap();
         registry.register(Box::new(hints.clone())).unwrap();
         let reaped = IntCounter::new(
             "levee_tombstones_reaped_total",
@@ -93,7 +113,7 @@ impl Metrics {
         registry.register(Box::new(reaped.clone())).unwrap();
         let handoff_bytes = IntCounter::new(
             "levee_handoff_bytes_total",
-            "Bytes of objects this node sent to their partition's owner in handoff",
+            "Bytes of objects this node sent to their partition's owner (hinted handoff) or next owner (ring transitions)",
         )
         .unwrap();
         registry.register(Box::new(handoff_bytes.clone())).unwrap();
@@ -152,6 +172,8 @@ impl Metrics {
             read_repairs,
             hints,
             handoff_objects,
+            transitions_completed,
+            transition_forwards_failed,
             reaped,
             handoff_bytes,
             vnodes: vnode_gauge,

@@ -229,7 +229,7 @@ impl Peers {
             }
             let view = membership.view();
             for name in down {
-                let Some(member) = view.list.get(&name) else {
+                let Some(member) = view.member(&name) else {
                     // No longer a member: nothing routes to it.
                     self.down.lock().remove(&name);
                     continue;

@@ -14,7 +14,8 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -43,7 +44,27 @@ pub struct Replicas {
     pub durable: bool,
     /// How long a request without a deadline of its own may wait to start.
     pub default_deadline: Duration,
+    /// Per vnode: writes are forwarded to its next owner (a ring transition moves it away).
+    pub forwarding: Vec<AtomicBool>,
+    /// Per vnode: a forward was lost (queue full, or the next owner refused it) since it was
+    /// last looked at.
+    pub forward_lost: Vec<AtomicBool>,
+    forward_tx: OnceLock<tokio::sync::mpsc::Sender<Forward>>,
 }
+
+/// A write to forward to the next owner of its vnode (`transition.rs`).
+pub struct Forward {
+    pub partition: u32,
+    pub bucket: Vec<u8>,
+    pub key: Vec<u8>,
+    pub object: Object,
+    /// Told (or dropped) once the next owner has it or the forward failed.
+    pub done: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Forwards queued before the transfer task takes them; beyond this they are lost (and caught
+/// up by the transfer).
+const FORWARD_QUEUE: usize = 4096;
 
 /// An index entry: term and key.
 pub type Entry = (levee_store::Term, Vec<u8>);
@@ -59,6 +80,9 @@ pub type KeysPageOut = (Vec<Vec<u8>>, Option<Vec<u8>>);
 pub struct Stored {
     pub object: Object,
     pub sqn: u64,
+    /// Resolves once the write reached the vnode's next owner, when it is forwarded there
+    /// (`Replicas::write` waits for it).
+    pub forwarded: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Replicas {
@@ -80,6 +104,7 @@ impl Replicas {
         let locks = (0..vnodes.stores.len())
             .map(|_| (0..STRIPES).map(|_| Mutex::new(())).collect())
             .collect();
+        let n = vnodes.stores.len();
         Ok(Replicas {
             vnodes,
             actors,
@@ -87,7 +112,65 @@ impl Replicas {
             admission,
             durable,
             default_deadline,
+            forwarding: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            forward_lost: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            forward_tx: OnceLock::new(),
         })
+    }
+
+    /// The queue writes to forward go to (taken once, by the transition task).
+    pub fn forwards(&self) -> tokio::sync::mpsc::Receiver<Forward> {
+        let (tx, rx) = tokio::sync::mpsc::channel(FORWARD_QUEUE);
+        self.forward_tx
+            .set(tx)
+            .expect("the forward queue is taken once");
+        rx
+    }
+
+    /// Queue a stored write for the vnode's next owner when it is moving (or just moved): the
+    /// receiver resolves once it is there.
+    fn forward(
+        &self,
+        partition: u32,
+        bucket: &[u8],
+        key: &[u8],
+        object: &Object,
+    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        if !self.forwarding[partition as usize].load(Ordering::SeqCst) {
+            return None;
+        }
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let sent = self.forward_tx.get().is_some_and(|tx| {
+            tx.try_send(Forward {
+                partition,
+                bucket: bucket.to_vec(),
+                key: key.to_vec(),
+                object: object.clone(),
+                done,
+            })
+            .is_ok()
+        });
+        if !sent {
+            self.forward_lost[partition as usize].store(true, Ordering::SeqCst);
+            return None;
+        }
+        Some(rx)
+    }
+
+    /// A write ([`Replicas::call`] of a closure that stores): when its vnode is moving, the
+    /// answer waits (up to the default deadline) until the next owner has the write too, so a
+    /// read routed by the new claim right after the switch finds it.
+    pub async fn write(
+        self: &Arc<Self>,
+        partition: u32,
+        deadline: Instant,
+        f: impl FnOnce(&Replicas) -> Result<Stored, Status> + Send + 'static,
+    ) -> Result<Stored, Status> {
+        let mut s = self.call(partition, deadline, f).await?;
+        if let Some(rx) = s.forwarded.take() {
+            let _ = tokio::time::timeout(self.default_deadline, rx).await;
+        }
+        Ok(s)
     }
 
     /// Requests waiting for `partition`'s vnode (0 for a partition not in the ring).
@@ -164,6 +247,7 @@ impl Replicas {
             None => Ok(Stored {
                 object: Object::default(),
                 sqn: 0,
+                forwarded: None,
             }),
             Some(o) => {
                 let siblings = decode_siblings(&o.metadata).map_err(|e| damaged(partition, e))?;
@@ -171,6 +255,7 @@ impl Replicas {
                 Ok(Stored {
                     object: Object::new(siblings, contents).map_err(|e| damaged(partition, e))?,
                     sqn: o.sqn,
+                    forwarded: None,
                 })
             }
         }
@@ -187,6 +272,7 @@ impl Replicas {
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
+        forward: bool,
     ) -> Result<Stored, Status> {
         let _key = self.lock(partition, bucket, key).lock();
         let local_set = self.head(partition, bucket, key)?;
@@ -198,10 +284,13 @@ impl Replicas {
             incoming,
             policy,
             index_changes,
+            forward,
         )
     }
 
-    /// The merge, with the key's lock held and the replica's sibling set already read.
+    /// The merge, with the key's lock held and the replica's sibling set already read. A stored
+    /// write is forwarded when its vnode is moving, unless `forward` is false (it is a ring
+    /// transition's own traffic).
     #[allow(clippy::too_many_arguments)]
     fn merge_locked(
         &self,
@@ -212,6 +301,7 @@ impl Replicas {
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
+        forward: bool,
     ) -> Result<Stored, Status> {
         let local = if merge_needs_local_contents(local_set, &incoming.siblings, policy) {
             Some(self.get(partition, bucket, key)?.object)
@@ -224,6 +314,7 @@ impl Replicas {
             return Ok(Stored {
                 object: merged,
                 sqn: 0,
+                forwarded: None,
             });
         }
         let store = self.store(partition)?;
@@ -236,9 +327,15 @@ impl Replicas {
                 index_changes,
             )
             .map_err(to_status)?;
+        let forwarded = if forward {
+            self.forward(partition, bucket, key, &merged)
+        } else {
+            None
+        };
         Ok(Stored {
             object: merged,
             sqn,
+            forwarded,
         })
     }
 
@@ -276,6 +373,7 @@ impl Replicas {
             &new,
             policy,
             index_changes,
+            true,
         )
     }
 }
@@ -491,6 +589,7 @@ fn reply_object(s: &Stored, durable: bool) -> pb::ReplicaObject {
 /// `levee.v1.Node`: the replica operations above, each admitted by its vnode.
 pub struct NodeService {
     pub replicas: Arc<Replicas>,
+    pub transitions: Arc<crate::transition::Transitions>,
 }
 
 fn key_of(k: Option<pb::ReplicaKey>) -> Result<pb::ReplicaKey, Status> {
@@ -596,7 +695,7 @@ impl pb::node_server::Node for NodeService {
         let policy = policy(q.policy);
         let s = self
             .replicas
-            .call(k.partition, deadline, move |r| {
+            .write(k.partition, deadline, move |r| {
                 r.coordinate_put(
                     k.partition,
                     &k.bucket,
@@ -708,6 +807,13 @@ impl pb::node_server::Node for NodeService {
         Ok(Response::new(crate::admin::segment_keys_response(keys)))
     }
 
+    async fn ring_state(
+        &self,
+        _: Request<pb::RingStateRequest>,
+    ) -> Result<Response<pb::RingStateResponse>, Status> {
+        Ok(Response::new(self.transitions.ring_state()))
+    }
+
     async fn merge_replica(
         &self,
         req: Request<pb::MergeReplicaRequest>,
@@ -720,8 +826,16 @@ impl pb::node_server::Node for NodeService {
         let policy = policy(q.policy);
         let s = self
             .replicas
-            .call(k.partition, deadline, move |r| {
-                r.merge(k.partition, &k.bucket, &k.key, &incoming, policy, &changes)
+            .write(k.partition, deadline, move |r| {
+                r.merge(
+                    k.partition,
+                    &k.bucket,
+                    &k.key,
+                    &incoming,
+                    policy,
+                    &changes,
+                    !q.transfer,
+                )
             })
             .await?;
         Ok(Response::new(reply_head(

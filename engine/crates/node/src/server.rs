@@ -45,6 +45,8 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         .await
         .with_context(|| format!("binding metrics on {}", cfg.metrics_listen))?;
     let (grpc_addr, http_addr) = (grpc.local_addr()?, http.local_addr()?);
+    let peers = Arc::new(Peers::new(&cfg)?);
+    crate::transition::take_ring_from_peers(&cfg, &peers).await?;
     let opened = Instant::now();
     let vnodes = {
         let cfg = cfg.clone();
@@ -85,7 +87,6 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
             tokio::task::spawn_blocking(move || Replicas::open(v, a, durable, deadline)).await??,
         )
     };
-    let peers = Arc::new(Peers::new(&cfg)?);
     tokio::spawn(peers.clone().probe(vnodes.membership.clone()));
     let coordinator = Arc::new(Coordinator {
         vnodes: vnodes.clone(),
@@ -110,14 +111,23 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let transitions = Arc::new(crate::transition::Transitions::open(
+        coordinator.clone(),
+        cfg.handoff.max_bytes_per_sec,
+    )?);
+    tokio::spawn(transitions.clone().run(replicas.forwards()));
     tokio::spawn(
         Arc::new(crate::handoff::Handoff::new(
             coordinator.clone(),
+            transitions.clone(),
             cfg.handoff.max_bytes_per_sec,
         ))
         .run(),
     );
-    let node = NodeService { replicas };
+    let node = NodeService {
+        replicas,
+        transitions,
+    };
     let kv = KvService {
         coordinator,
         metrics: metrics.clone(),

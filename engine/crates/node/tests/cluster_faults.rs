@@ -6,163 +6,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::cluster::{replicas, run, Down};
 use common::history::{self, History, ReadOutcome, WriteOutcome};
+use common::load::{client, final_reads, key, lazy, metric, quorum, sibling_values, Load};
 use levee_proto::v1 as pb;
-use pb::kv_client::KvClient;
-use tonic::transport::{Channel, Endpoint};
-use tonic::Code;
 
-const KEYS: usize = 40;
+const LOAD: Load = Load { keys: 40, pad: 0 };
 const CLIENTS: usize = 6;
-const TYPE: &str = "siblings";
-
-fn key(i: usize) -> String {
-    format!("k{i:02}")
-}
-
-fn quorum(n: u32) -> Option<pb::Quorum> {
-    Some(pb::Quorum {
-        value: Some(pb::quorum::Value::Count(n)),
-    })
-}
-
-fn lazy(addr: &str) -> KvClient<Channel> {
-    KvClient::new(
-        Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_timeout(Duration::from_millis(500))
-            .timeout(Duration::from_secs(3))
-            .connect_lazy(),
-    )
-}
-
-fn sibling_values(g: &pb::GetResponse) -> Vec<String> {
-    g.siblings
-        .iter()
-        .map(|s| String::from_utf8(s.value.clone()).unwrap())
-        .collect()
-}
-
-/// One client: read-modify-write cycles (GET at r=2, then PUT of a unique value with the GET's
-/// context at w=2) on random keys, through one node, moving to the next node when its node
-/// cannot be reached. Every operation goes into `h`.
-async fn client(c: usize, addrs: Vec<String>, h: History, stop: Arc<AtomicBool>) {
-    let mut node = c % addrs.len();
-    let mut conns: Vec<KvClient<Channel>> = addrs.iter().map(|a| lazy(a)).collect();
-    let mut n = 0u64;
-    let mut rng = 0x9E37_79B9u64.wrapping_mul(c as u64 + 1);
-    while !stop.load(Ordering::Relaxed) {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let k = key(rng as usize % KEYS);
-        let t = h.begin_read(c, &k);
-        let r = conns[node]
-            .get(pb::GetRequest {
-                bucket: "b".into(),
-                key: k.clone().into(),
-                bucket_type: TYPE.into(),
-                r: quorum(2),
-                ..Default::default()
-            })
-            .await;
-        let context = match r {
-            Ok(g) => {
-                let g = g.into_inner();
-                h.end_read(t, ReadOutcome::Values(sibling_values(&g)));
-                g.context
-            }
-            Err(e) if e.code() == Code::NotFound => {
-                h.end_read(t, ReadOutcome::NotFound);
-                Vec::new()
-            }
-            Err(_) => {
-                h.end_read(t, ReadOutcome::Failed);
-                node = (node + 1) % addrs.len();
-                continue;
-            }
-        };
-        n += 1;
-        let value = format!("c{c}-{n}");
-        let t = h.begin_write(c, &k, &value);
-        let r = conns[node]
-            .put(pb::PutRequest {
-                bucket: "b".into(),
-                key: k.clone().into(),
-                value: value.into_bytes(),
-                context,
-                bucket_type: TYPE.into(),
-                w: quorum(2),
-                ..Default::default()
-            })
-            .await;
-        match r {
-            Ok(_) => h.end_write(t, WriteOutcome::Acked),
-            // The coordinator said the quorum was not met: the write may still be on a replica.
-            Err(e) if e.message().starts_with("quorum not met") => {
-                h.end_write(t, WriteOutcome::Failed)
-            }
-            Err(_) => {
-                h.end_write(t, WriteOutcome::Unknown);
-                node = (node + 1) % addrs.len();
-                conns[node] = lazy(&addrs[node]);
-            }
-        }
-    }
-}
-
-async fn counter(metrics: &str, name: &str) -> f64 {
-    let body = scrape(metrics).await;
-    body.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// GET /metrics over a plain TCP connection (HTTP/1.0).
-async fn scrape(addr: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
-/// Every key read from every node at r=3 once the fault healed: key -> values, per node.
-async fn final_reads(addrs: &[String]) -> Vec<BTreeMap<String, Vec<String>>> {
-    let mut per_node = Vec::new();
-    for a in addrs {
-        let mut kv = lazy(a);
-        let mut m = BTreeMap::new();
-        for i in 0..KEYS {
-            let r = kv
-                .get(pb::GetRequest {
-                    bucket: "b".into(),
-                    key: key(i).into(),
-                    bucket_type: TYPE.into(),
-                    r: quorum(3),
-                    ..Default::default()
-                })
-                .await;
-            match r {
-                Ok(g) => {
-                    let mut v = sibling_values(&g.into_inner());
-                    v.sort();
-                    m.insert(key(i), v);
-                }
-                Err(e) => assert_eq!(e.code(), Code::NotFound, "final read of {}: {e:?}", key(i)),
-            }
-        }
-        per_node.push(m);
-    }
-    per_node
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges() {
@@ -182,7 +36,16 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
     let h = History::new();
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| tokio::spawn(client(c, addrs.clone(), h.clone(), stop.clone())))
+        .map(|c| {
+            tokio::spawn(client(
+                c,
+                LOAD,
+                addrs.clone(),
+                h.clone(),
+                stop.clone(),
+                Arc::new(AtomicU64::new(0)),
+            ))
+        })
         .collect();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -227,7 +90,7 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
     // The writes n3 missed were kept as hints on n1/n2 and handed back (and reads after the
     // restart repaired what they saw): every replica of every key converges.
     let start = Instant::now();
-    'keys: for i in 0..KEYS {
+    'keys: for i in 0..LOAD.keys {
         loop {
             let sets = replicas(&named, &key(i)).await;
             if sets.iter().all(|s| *s == sets[0]) {
@@ -241,12 +104,12 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let hints = counter(&metrics[0], "levee_hints_written_total").await
-        + counter(&metrics[1], "levee_hints_written_total").await;
-    let handed = counter(&metrics[0], "levee_handoff_objects_total").await
-        + counter(&metrics[1], "levee_handoff_objects_total").await;
-    let handed_bytes = counter(&metrics[0], "levee_handoff_bytes_total").await
-        + counter(&metrics[1], "levee_handoff_bytes_total").await;
+    let hints = metric(&metrics[0], "levee_hints_written_total").await
+        + metric(&metrics[1], "levee_hints_written_total").await;
+    let handed = metric(&metrics[0], "levee_handoff_objects_total").await
+        + metric(&metrics[1], "levee_handoff_objects_total").await;
+    let handed_bytes = metric(&metrics[0], "levee_handoff_bytes_total").await
+        + metric(&metrics[1], "levee_handoff_bytes_total").await;
     eprintln!("hints written {hints}, objects handed off {handed} ({handed_bytes} bytes)");
     assert!(
         hints > 0.0 && handed > 0.0 && handed_bytes > 0.0,
@@ -257,7 +120,7 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
     loop {
         let mut holding = 0.0;
         for m in &metrics {
-            holding += counter(m, "levee_vnodes{state=\"handoff\"}").await;
+            holding += metric(m, "levee_vnodes{state=\"handoff\"}").await;
         }
         if holding == 0.0 {
             break;
@@ -269,7 +132,7 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    let per_node = final_reads(&addrs).await;
+    let per_node = final_reads(LOAD, &addrs).await;
     let union: BTreeMap<String, Vec<String>> = per_node[0].clone();
     if let Err(v) = history::check_final(&h, &union) {
         panic!("after healing:\n{}", history::report(&v, 20));

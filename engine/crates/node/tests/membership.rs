@@ -1,6 +1,7 @@
 //! The member list through a real `levee serve`: the members file (re-read while running, as a
 //! ConfigMap volume changes in place), the SetMembers RPC, the committed list across a restart,
-//! and the refusal of a list that would move partitions.
+//! and a list that moves partitions starting a ring transition (and one taking it back cancelling
+//! it).
 
 mod common;
 
@@ -73,7 +74,7 @@ const THREE: [(&str, &str); 3] = [
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_member_list_is_watched_committed_and_never_moves_partitions_silently() {
+async fn the_member_list_is_watched_committed_and_a_join_starts_a_transition() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let file = tmp.path().join("members.json");
@@ -105,16 +106,20 @@ async fn the_member_list_is_watched_committed_and_never_moves_partitions_silentl
     assert_eq!(m.members[1].address, "10.0.9.9:8087");
     assert_eq!(m.owners, owners);
 
-    // A join would move partitions: refused, logged, the ring kept.
+    // A join moves partitions: a ring transition starts (logged), requests keep the old owners.
+    // n4 is never reachable here, so it cannot complete.
     let four = [moved[0], moved[1], moved[2], ("n4", "10.0.0.4:8087")];
     std::fs::write(&file, members_json(5, &four)).unwrap();
-    node.wait_for_log("ring transitions are not supported yet");
-    assert_eq!(members(&node).await.version, 4);
+    node.wait_for_log("starts a ring transition");
+    let m = wait_for_version(&node, 5).await;
+    assert_eq!((m.routing_version, &m.owners), (4, &owners));
+    assert!(
+        m.target_owners.iter().any(|o| o == "n4"),
+        "{:?}",
+        m.target_owners
+    );
 
     let mut admin = node.admin().await;
-    let e = admin.set_members(set(6, &four)).await.unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
-    assert!(e.message().contains("n4"), "{}", e.message());
     let e = admin.set_members(set(2, &THREE)).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     let e = admin
@@ -122,13 +127,14 @@ async fn the_member_list_is_watched_committed_and_never_moves_partitions_silentl
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
-    // The RPC adopts what the file would: a newer version with the same owners.
+    // The RPC takes what the file would: the three members again cancel the transition.
     let r = admin
         .set_members(set(8, &moved))
         .await
         .unwrap()
         .into_inner();
     assert_eq!((r.version, r.owners.clone()), (8, owners.clone()));
+    assert!(r.target_owners.is_empty(), "{:?}", r.target_owners);
 
     // Committed: after a kill, with the file gone, the node comes back with version 8.
     drop(admin);

@@ -55,6 +55,7 @@ fn merge_req(k: &str, o: &pb::ReplicaObject, lww: bool) -> pb::MergeReplicaReque
             pb::ConflictPolicy::Siblings as i32
         },
         index_changes: vec![],
+        transfer: false,
     }
 }
 

@@ -383,6 +383,26 @@ impl Snapshot {
         })
     }
 
+    /// Objects of every bucket in key order, starting right after (bucket, key) — from the first
+    /// when `None`: a fold that resumes where an earlier one stopped.
+    pub fn fold_objects_after(&self, after: Option<(&[u8], &[u8])>) -> Result<ObjectFold> {
+        let (mut lo, hi) = object_range(None)?;
+        if let Some((b, k)) = after {
+            keys::validate_bucket(b)?;
+            lo = keys::object_key(b, k);
+            lo.push(0); // the smallest ledger key after it
+        }
+        let view = self.inner.view()?;
+        Ok(ObjectFold {
+            state: self
+                .inner
+                .slot((ObjectSource::Key(view.range(&lo, hi.as_deref())?), view)),
+            journal: self.journal.clone(),
+            inner: self.inner.clone(),
+            bucket: None,
+        })
+    }
+
     /// Objects of `bucket` (all buckets when `None`), in key or journal order.
     pub fn fold_objects(&self, bucket: Option<&[u8]>, order: FoldOrder) -> Result<ObjectFold> {
         let (lo, hi) = object_range(bucket)?;

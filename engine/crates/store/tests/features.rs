@@ -367,6 +367,54 @@ fn folds_filter_and_orders_agree() {
     assert_eq!(snap.fold_heads(&opts).unwrap().count(), model.len() + 1);
 }
 
+#[test]
+fn a_fold_resumes_right_after_the_last_object_it_returned() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path(), Config::small_for_tests()).unwrap();
+    for b in [b"a".as_slice(), b"b", b"bb"] {
+        for i in 0..50u32 {
+            let key = format!("k{i:02}").into_bytes();
+            s.put(b, &key, &i.to_le_bytes(), b"", &[]).unwrap();
+        }
+    }
+    s.delete(b"b", b"k07", b"", &[]).unwrap();
+    let snap = s.snapshot(SnapshotKind::Fold).unwrap();
+    let all: Vec<(Vec<u8>, Vec<u8>)> = snap
+        .fold_objects_after(None)
+        .unwrap()
+        .map(|o| o.map(|o| (o.bucket, o.key)).unwrap())
+        .collect();
+    assert_eq!(all.len(), 149);
+    // Resumed in pieces of 17 at the last (bucket, key) returned: the same objects, none twice.
+    let mut resumed = Vec::new();
+    loop {
+        let after = resumed.last().cloned();
+        let page: Vec<(Vec<u8>, Vec<u8>)> = snap
+            .fold_objects_after(
+                after
+                    .as_ref()
+                    .map(|(b, k): &(Vec<u8>, Vec<u8>)| (b.as_slice(), k.as_slice())),
+            )
+            .unwrap()
+            .take(17)
+            .map(|o| o.map(|o| (o.bucket, o.key)).unwrap())
+            .collect();
+        if page.is_empty() {
+            break;
+        }
+        resumed.extend(page);
+    }
+    assert_eq!(resumed, all);
+    // Bucket "b" ends before "bb" begins: a key of "b" is not mistaken for one of "bb".
+    let after_b: Vec<_> = snap
+        .fold_objects_after(Some((b"b", b"k49")))
+        .unwrap()
+        .map(|o| o.unwrap().bucket)
+        .collect();
+    assert_eq!(after_b.len(), 50);
+    assert!(after_b.iter().all(|b| b == b"bb"));
+}
+
 fn journal_cfg() -> Config {
     Config {
         journal_segment_bytes: 64 << 10,

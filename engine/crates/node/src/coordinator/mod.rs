@@ -125,7 +125,7 @@ impl Coordinator {
     }
 
     fn member<'a>(&self, plan_view: &'a ClusterView, t: &Target) -> Result<&'a Member, Status> {
-        plan_view.list.get(&t.node).ok_or_else(|| {
+        plan_view.member(&t.node).ok_or_else(|| {
             Status::internal(format!(
                 "member {} of the claim is not in the member list",
                 t.node
@@ -210,7 +210,11 @@ impl Coordinator {
         let r = self.observed(t, client.get_replica(req).await)?;
         let object = object_of(&r.siblings, &r.contents)
             .map_err(|e| Status::data_loss(format!("member {}: {}", t.node, e.message())))?;
-        Ok(Stored { object, sqn: r.sqn })
+        Ok(Stored {
+            object,
+            sqn: r.sqn,
+            forwarded: None,
+        })
     }
 
     /// Drop a deleted key's replica if it still holds exactly the tombstones `set`.
@@ -256,12 +260,44 @@ impl Coordinator {
         index_changes: Vec<pb::IndexChange>,
         deadline: Instant,
     ) -> Result<bool, Status> {
+        let o = (object, policy, index_changes);
+        self.merge_into(view, t, bucket, key, o, false, deadline)
+            .await
+    }
+
+    /// A ring transition's stream or forward of an object to the vnode's next (or previous)
+    /// owner: merged there like a write, and not forwarded on.
+    pub async fn transfer_replica(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        t: &Target,
+        bucket: Vec<u8>,
+        key: Vec<u8>,
+        object: Arc<Object>,
+        deadline: Instant,
+    ) -> Result<bool, Status> {
+        let o = (object, ConflictPolicy::Siblings, Vec::new());
+        self.merge_into(view, t, bucket, key, o, true, deadline)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    async fn merge_into(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        t: &Target,
+        bucket: Vec<u8>,
+        key: Vec<u8>,
+        (object, policy, index_changes): (Arc<Object>, ConflictPolicy, Vec<pb::IndexChange>),
+        transfer: bool,
+        deadline: Instant,
+    ) -> Result<bool, Status> {
         let p = t.partition;
         if self.is_local(t) {
             let changes = crate::kv::changes_from(index_changes)?;
             self.replicas
-                .call(p, deadline, move |r| {
-                    r.merge(p, &bucket, &key, &object, policy, &changes)
+                .write(p, deadline, move |r| {
+                    r.merge(p, &bucket, &key, &object, policy, &changes, !transfer)
                 })
                 .await?;
             return Ok(self.replicas.durable);
@@ -277,6 +313,7 @@ impl Coordinator {
             contents: object.encode_contents(),
             policy: policy_pb(policy),
             index_changes,
+            transfer,
         });
         req.set_timeout(remaining(deadline));
         let r = self.observed(t, client.merge_replica(req).await)?;

@@ -138,7 +138,7 @@ impl Coordinator {
                 );
                 let (content, changes) = (w.content.clone(), changes.clone());
                 self.replicas
-                    .call(p, deadline, move |r| {
+                    .write(p, deadline, move |r| {
                         r.coordinate_put(p, &b, &k, &ctx, content, timestamp_us, policy, &changes)
                     })
                     .await
@@ -343,7 +343,14 @@ impl Coordinator {
         let r = self.observed(t, client.coordinate_put(req).await)?;
         let object = object_of(&r.siblings, &r.contents)
             .map_err(|e| Status::data_loss(format!("member {}: {}", t.node, e.message())))?;
-        Ok((Stored { object, sqn: r.sqn }, r.durable))
+        Ok((
+            Stored {
+                object,
+                sqn: r.sqn,
+                forwarded: None,
+            },
+            r.durable,
+        ))
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod cluster;
 pub mod history;
+pub mod load;
 pub mod proxy;
 
 use std::collections::{BTreeMap, HashMap};

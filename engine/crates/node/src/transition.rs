@@ -1,0 +1,745 @@
+//! Ring transitions, as this node takes part in them (docs/cluster.md, "Ring transitions").
+//!
+//! A member list that moves partitions leaves requests on the routing claim and records a target
+//! (`membership.rs`). For each moving partition this node owns, it then
+//! 1. *forwards* every write the vnode takes from then on to the next owner, before the write is
+//!    acknowledged (`Replicas::write`; a forward that fails is remembered) — and the next owner
+//!    forwards the writes it takes to the current owner, so whichever claim a coordinator routes
+//!    by while members switch, both owners hold every acknowledged write,
+//! 2. *streams* the vnode to the next owner: a fold of a snapshot in acknowledged batches
+//!    (`MergeReplica`, the merge a write uses, so nothing newer there is undone), its position
+//!    kept in `<data_dir>/TRANSFERS` so a restart or a failed batch resumes where it stopped,
+//!    throttled by `[handoff] max_bytes_per_sec`,
+//! 3. when a forward failed meanwhile, sends once more every object written since the stream
+//!    began (a *catch-up* fold, local reads only), and only then marks the partition sent.
+//!
+//! Every node polls the moving partitions' current owners (`RingState`); when each reports its
+//! partitions sent (or has completed the transition already), the node makes the target its
+//! routing claim. Nodes switch within a poll of each other; in between both owners hold every
+//! object, so a read finds them whichever claim it was routed by. What the old owner still holds
+//! afterwards goes to the new owner by handoff (`handoff.rs`), which skips what the stream
+//! already delivered.
+//!
+//! A member that joins with an empty data directory takes its ring from a member that has one
+//! ([`take_ring_from_peers`]): the claim a list yields depends on the claims before it, so a
+//! joiner cannot compute it from the newest list alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use levee_cluster::{decode_contents, decode_siblings, Member, MemberList, Object, Role, Target};
+use levee_proto::v1 as pb;
+use levee_store::{FoldedObject, SnapshotKind};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tonic::Status;
+
+use crate::config::NodeConfig;
+use crate::coordinator::Coordinator;
+use crate::membership::{self, ClusterView, MEMBERS_FILE};
+use crate::peers::Peers;
+use crate::replica::Forward;
+
+/// Where the progress of this node's outgoing transfers is kept.
+pub const TRANSFERS_FILE: &str = "TRANSFERS";
+const STEP_EVERY: Duration = Duration::from_millis(500);
+const BATCH_OBJECTS: usize = 64;
+/// Forwards in flight at once.
+const FORWARDS_IN_FLIGHT: usize = 64;
+/// Progress is written at most this often while a partition streams (and at every end).
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// One outgoing partition.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionTransfer {
+    /// The next owner.
+    pub to: String,
+    /// The vnode's last sequence number when forwarding began: every object written after it was
+    /// forwarded, or is sent by the catch-up fold.
+    pub start_sqn: u64,
+    /// The last (bucket, key) the next owner acknowledged (`None`: from the start).
+    pub after: Option<(Vec<u8>, Vec<u8>)>,
+    /// A forward failed (or forwarding was off, across a restart) since the stream began.
+    pub forward_failed: bool,
+    /// The stream is done and a catch-up fold (objects after `start_sqn` only) runs.
+    pub catching_up: bool,
+    /// Streamed whole, caught up: the next owner holds every object.
+    pub sent: bool,
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// What `TRANSFERS` holds: the transition (by member list version) and its partitions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+struct Progress {
+    version: u64,
+    partitions: BTreeMap<u32, PartitionTransfer>,
+}
+
+pub struct Transitions {
+    coordinator: Arc<Coordinator>,
+    max_bytes_per_sec: u64,
+    path: PathBuf,
+    progress: Mutex<Progress>,
+    /// The last warning and when it was logged (a failing step retries twice a second).
+    last_warning: Mutex<Option<(String, Instant)>>,
+    /// When this node last switched to a transition's target.
+    completed_at: Mutex<Option<Instant>>,
+    /// The partitions that switch gave this node, with their previous owner.
+    received_from: Mutex<BTreeMap<u32, String>>,
+    /// Per vnode: the member its writes are forwarded to (set by every step).
+    forward_to: Mutex<Vec<Option<String>>>,
+}
+
+/// How long after its switch a node keeps what it streamed away before handoff drops it: other
+/// members switch within a poll or two, and a read one of them still routes here finds it.
+pub const SETTLE: Duration = Duration::from_secs(5);
+
+impl Transitions {
+    /// Loads the progress kept in the data directory. Forwarding was off while the node was
+    /// down, so every partition still streaming gets a catch-up fold.
+    pub fn open(coordinator: Arc<Coordinator>, max_bytes_per_sec: u64) -> Result<Transitions> {
+        let path = coordinator.vnodes.data_dir.join(TRANSFERS_FILE);
+        let mut progress: Progress = match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).with_context(|| {
+                format!(
+                    "{} is damaged; remove it (transfers then start again from the beginning)",
+                    path.display()
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Progress::default(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        for t in progress.partitions.values_mut() {
+            if !t.sent {
+                t.forward_failed = true;
+            }
+        }
+        Ok(Transitions {
+            coordinator,
+            max_bytes_per_sec,
+            path,
+            progress: Mutex::new(progress),
+            last_warning: Mutex::new(None),
+            completed_at: Mutex::new(None),
+            received_from: Mutex::new(BTreeMap::new()),
+            forward_to: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Runs the transfers and the completion checks, and delivers forwards, until the process
+    /// ends.
+    pub async fn run(self: Arc<Self>, forwards: tokio::sync::mpsc::Receiver<Forward>) {
+        tokio::spawn(self.clone().deliver_forwards(forwards));
+        loop {
+            tokio::time::sleep(STEP_EVERY).await;
+            if let Err(e) = self.step().await {
+                let msg = e.message().to_string();
+                let mut last = self.last_warning.lock();
+                if last
+                    .as_ref()
+                    .is_none_or(|(m, at)| *m != msg || at.elapsed() >= Duration::from_secs(10))
+                {
+                    log::warn!("transition: {msg}; retrying");
+                    *last = Some((msg, Instant::now()));
+                }
+            }
+        }
+    }
+
+    /// The next owner holds every object of vnode `partition` this node had with a sequence
+    /// number up to the returned one (handoff drops those without sending them again).
+    /// Whether the last switch was less than [`SETTLE`] ago (handoff waits).
+    pub fn settling(&self) -> bool {
+        self.completed_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < SETTLE)
+    }
+
+    pub fn sent_through(&self, partition: u32, owner: &str) -> Option<u64> {
+        let p = self.progress.lock();
+        let t = p.partitions.get(&partition)?;
+        (t.sent && t.to == owner).then_some(t.start_sqn)
+    }
+
+    /// This node's ring and sent partitions, for `RingState`.
+    pub fn ring_state(&self) -> pb::RingStateResponse {
+        let c = &self.coordinator;
+        let view = c.vnodes.membership.view();
+        let committed = view.list.version() != membership::PROVISIONAL;
+        let progress = self.progress.lock();
+        let transferred = if progress.version == view.list.version() {
+            progress
+                .partitions
+                .iter()
+                .filter(|(p, t)| t.sent && view.next_owner(**p) == Some(t.to.as_str()))
+                .map(|(p, t)| pb::Transferred {
+                    partition: *p,
+                    to: t.to.clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        pb::RingStateResponse {
+            list_json: view.list.to_json(),
+            routing_list_json: view.routing_list.to_json(),
+            routing_owners: view.claim.owners().map(String::from).collect(),
+            target_owners: view
+                .target
+                .as_ref()
+                .map(|t| t.owners().map(String::from).collect())
+                .unwrap_or_default(),
+            transferred,
+            committed,
+        }
+    }
+
+    /// One look at the transition: forwarding switched on for what this node gives up, its
+    /// transfers advanced, and the target taken once every owner has sent its partitions.
+    async fn step(&self) -> Result<(), Status> {
+        let c = &self.coordinator;
+        let view = c.vnodes.membership.view();
+        let me = c.peers.self_name.clone();
+        let outgoing: BTreeMap<u32, String> = match &view.target {
+            None => BTreeMap::new(),
+            Some(_) => (0..view.claim.ring_size().get())
+                .filter(|p| view.claim.owner(*p) == me)
+                .filter_map(|p| view.next_owner(p).map(|to| (p, to.to_string())))
+                .collect(),
+        };
+        // Where each vnode's writes are forwarded. Members switch to the target within a poll or
+        // two of each other, and meanwhile a write may be coordinated by the old claim and read
+        // by the new one, or the other way round: so a moving vnode's writes reach both owners
+        // whichever gets them — the current owner forwards to the next (during the transition,
+        // and after it for writes that still land there), the next owner forwards to the current
+        // one (during the transition, and for `SETTLE` after its switch). The transition's own
+        // traffic is not forwarded on.
+        let forward_to: Vec<Option<String>> = {
+            let progress = self.progress.lock();
+            let received = self.received_from.lock();
+            let settling = self.settling();
+            (0..view.claim.ring_size().get())
+                .map(|p| {
+                    if let Some(to) = outgoing.get(&p) {
+                        return Some(to.clone());
+                    }
+                    if view.next_owner(p) == Some(me.as_str()) {
+                        // Writes a switched coordinator sends here reach the current owner too.
+                        return Some(view.claim.owner(p).to_string());
+                    }
+                    if view.target.is_none() {
+                        let owner = view.claim.owner(p);
+                        if progress
+                            .partitions
+                            .get(&p)
+                            .is_some_and(|t| t.sent && t.to == owner)
+                        {
+                            return Some(owner.to_string());
+                        }
+                    }
+                    if settling {
+                        return received.get(&p).cloned();
+                    }
+                    None
+                })
+                .collect()
+        };
+        for (on, to) in c.replicas.forwarding.iter().zip(&forward_to) {
+            on.store(to.is_some(), Ordering::SeqCst);
+        }
+        *self.forward_to.lock() = forward_to;
+        if view.target.is_none() {
+            return Ok(());
+        }
+        self.start(&view, &outgoing)?;
+        for (&p, to) in &outgoing {
+            self.transfer(&view, p, to).await?;
+        }
+        if !self.all_sent(&view).await {
+            return Ok(());
+        }
+        // Set before the switch, so the first writes under the new claim forward back.
+        *self.received_from.lock() = view
+            .ring()
+            .moves()
+            .into_iter()
+            .filter(|m| m.to == me)
+            .map(|m| (m.partition, m.from))
+            .collect();
+        *self.completed_at.lock() = Some(Instant::now());
+        let mut to: Vec<Option<String>> = self.forward_to.lock().clone();
+        for (p, from) in self.received_from.lock().iter() {
+            to[*p as usize] = Some(from.clone());
+            c.replicas.forwarding[*p as usize].store(true, Ordering::SeqCst);
+        }
+        *self.forward_to.lock() = to;
+        if c.vnodes
+            .membership
+            .complete(view.list.version())
+            .map_err(|e| Status::internal(format!("{e:#}")))?
+        {
+            c.metrics.transitions_completed.inc();
+        }
+        Ok(())
+    }
+
+    /// Progress for the transition to `view`'s list: what was sent to the same next owner is
+    /// kept (a list that retargets a transition keeps what still holds); each new partition
+    /// starts at the vnode's current sequence number (forwarding is on already).
+    fn start(&self, view: &ClusterView, outgoing: &BTreeMap<u32, String>) -> Result<(), Status> {
+        let mut p = self.progress.lock();
+        let before = p.clone();
+        if p.version != view.list.version() {
+            p.version = view.list.version();
+            p.partitions.retain(|q, t| outgoing.get(q) == Some(&t.to));
+        }
+        for (&q, to) in outgoing {
+            if p.partitions.get(&q).is_none_or(|t| &t.to != to) {
+                let start_sqn = self.coordinator.vnodes.stores[q as usize].stats().last_sqn;
+                p.partitions.insert(
+                    q,
+                    PartitionTransfer {
+                        to: to.clone(),
+                        start_sqn,
+                        ..Default::default()
+                    },
+                );
+                log::info!(
+                    "transition: p{q}: streaming to {to} (forwarding writes after sqn {start_sqn})"
+                );
+            }
+        }
+        if *p != before {
+            save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
+        }
+        Ok(())
+    }
+
+    /// Stream vnode `partition` to `to` from where it stopped, then catch up if a forward failed.
+    async fn transfer(
+        &self,
+        view: &Arc<ClusterView>,
+        partition: u32,
+        to: &str,
+    ) -> Result<(), Status> {
+        let c = &self.coordinator;
+        let Some(t) = self.progress.lock().partitions.get(&partition).cloned() else {
+            return Ok(());
+        };
+        if t.sent {
+            return Ok(());
+        }
+        let target = Target {
+            partition,
+            node: to.to_string(),
+            role: Role::Primary,
+        };
+        let store = c.vnodes.stores[partition as usize].clone();
+        let started = Instant::now();
+        let mut saved = Instant::now();
+        let mut sent_bytes = 0u64;
+        // The stream (from `after`), then — after a failed forward — a catch-up of everything
+        // written since `start_sqn`.
+        loop {
+            let (after, start_sqn, catch_up) = {
+                let p = self.progress.lock();
+                let t = &p.partitions[&partition];
+                (t.after.clone(), t.start_sqn, t.catching_up)
+            };
+            let snap = store
+                .snapshot(SnapshotKind::Fold)
+                .map_err(crate::errors::to_status)?;
+            let mut fold = snap
+                .fold_objects_after(after.as_ref().map(|(b, k)| (b.as_slice(), k.as_slice())))
+                .map_err(crate::errors::to_status)?;
+            loop {
+                let (batch, last, end) = tokio::task::block_in_place(|| {
+                    next_batch(&mut fold, partition, catch_up.then_some(start_sqn))
+                })?;
+                let deadline = Instant::now() + c.replicas.default_deadline;
+                let bytes: u64 = batch.iter().map(|it| it.bytes).sum();
+                let sends = batch.iter().map(|it| {
+                    c.transfer_replica(
+                        view,
+                        &target,
+                        it.bucket.clone(),
+                        it.key.clone(),
+                        it.object.clone(),
+                        deadline,
+                    )
+                });
+                for r in futures_util::future::join_all(sends).await {
+                    r?;
+                }
+                c.metrics.handoff_objects.inc_by(batch.len() as u64);
+                c.metrics.handoff_bytes.inc_by(bytes);
+                sent_bytes += bytes;
+                {
+                    let mut p = self.progress.lock();
+                    let t = p
+                        .partitions
+                        .get_mut(&partition)
+                        .expect("kept while streaming");
+                    t.objects += batch.len() as u64;
+                    t.bytes += bytes;
+                    if last.is_some() {
+                        t.after = last;
+                    }
+                    if end {
+                        let lost = c.replicas.forward_lost[partition as usize]
+                            .swap(false, Ordering::SeqCst);
+                        if t.forward_failed || lost {
+                            // Everything written since the stream began goes once more.
+                            t.forward_failed = false;
+                            t.after = None;
+                            t.catching_up = true;
+                            log::info!("transition: p{partition}: a forward to {to} failed; catching up on writes after sqn {}", t.start_sqn);
+                        } else {
+                            t.sent = true;
+                            t.catching_up = false;
+                            log::info!(
+                                "transition: p{partition}: sent to {to} ({} objects, {} bytes)",
+                                t.objects,
+                                t.bytes
+                            );
+                        }
+                        save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
+                    } else if saved.elapsed() >= SAVE_EVERY {
+                        save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
+                        saved = Instant::now();
+                    }
+                }
+                if self.max_bytes_per_sec > 0 {
+                    let due =
+                        Duration::from_secs_f64(sent_bytes as f64 / self.max_bytes_per_sec as f64);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                if end {
+                    break;
+                }
+            }
+            let p = self.progress.lock();
+            if p.partitions.get(&partition).is_none_or(|t| t.sent) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether every moving partition's owner has sent it (or has completed this transition),
+    /// and every next owner is up and runs the same member list — a partition never moves to a
+    /// member that has not started (even one with nothing to send it).
+    async fn all_sent(&self, view: &ClusterView) -> bool {
+        let moves = view.ring().moves();
+        let receivers: BTreeSet<&str> = moves.iter().map(|m| m.to.as_str()).collect();
+        for r in receivers {
+            if r == self.coordinator.peers.self_name {
+                continue;
+            }
+            let Some(member) = view.member(r) else {
+                return false;
+            };
+            match ring_state_of(&self.coordinator.peers, member).await {
+                Ok(s)
+                    if MemberList::parse(&s.list_json)
+                        .is_ok_and(|l| l.version() == view.list.version()) => {}
+                _ => return false,
+            }
+        }
+        let sources: BTreeSet<&str> = moves.iter().map(|m| m.from.as_str()).collect();
+        let target: Vec<&str> = view
+            .target
+            .as_ref()
+            .map(|t| t.owners().collect())
+            .unwrap_or_default();
+        for source in sources {
+            let state = if source == self.coordinator.peers.self_name {
+                self.ring_state()
+            } else {
+                let Some(member) = view.member(source) else {
+                    return false;
+                };
+                match ring_state_of(&self.coordinator.peers, member).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        log::debug!("transition: asking {source} how far it is: {e}");
+                        return false;
+                    }
+                }
+            };
+            let Ok(list) = MemberList::parse(&state.list_json) else {
+                return false;
+            };
+            if list.version() != view.list.version() {
+                return false;
+            }
+            let completed = state.target_owners.is_empty() && state.routing_owners == target;
+            if completed {
+                continue;
+            }
+            let sent: BTreeSet<(u32, &str)> = state
+                .transferred
+                .iter()
+                .map(|t| (t.partition, t.to.as_str()))
+                .collect();
+            if !moves
+                .iter()
+                .filter(|m| m.from == source)
+                .all(|m| sent.contains(&(m.partition, m.to.as_str())))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Deliver the writes `Replicas` forwards to the next owner of their partition.
+    async fn deliver_forwards(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<Forward>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(FORWARDS_IN_FLIGHT));
+        while let Some(f) = rx.recv().await {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let c = &me.coordinator;
+                let view = c.vnodes.membership.view();
+                let to = me
+                    .forward_to
+                    .lock()
+                    .get(f.partition as usize)
+                    .cloned()
+                    .flatten();
+                // Not to itself, a member marked down, or one no longer in the lists (a member
+                // that left: it serves nothing once every member has switched).
+                let Some(to) = to.filter(|to| {
+                    *to != c.peers.self_name
+                        && !c.peers.down().contains(to)
+                        && view.member(to).is_some()
+                }) else {
+                    let _ = f.done.send(());
+                    return;
+                };
+                let t = Target {
+                    partition: f.partition,
+                    node: to,
+                    role: Role::Primary,
+                };
+                let deadline = Instant::now() + c.replicas.default_deadline;
+                let r = c
+                    .transfer_replica(&view, &t, f.bucket, f.key, Arc::new(f.object), deadline)
+                    .await;
+                if let Err(e) = r {
+                    log::debug!("transition: forward to {} failed: {e}", t.node);
+                    c.metrics.transition_forwards_failed.inc();
+                    c.replicas.forward_lost[f.partition as usize].store(true, Ordering::SeqCst);
+                }
+                let _ = f.done.send(());
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// An object to send: its place, the object, and its size.
+struct Item {
+    bucket: Vec<u8>,
+    key: Vec<u8>,
+    object: Arc<Object>,
+    bytes: u64,
+}
+
+/// The next batch of the fold (only objects written after `newer_than`, when given), the last
+/// (bucket, key) it read, and whether the fold is at its end.
+#[allow(clippy::type_complexity)]
+fn next_batch(
+    fold: &mut impl Iterator<Item = Result<FoldedObject, levee_store::Error>>,
+    partition: u32,
+    newer_than: Option<u64>,
+) -> Result<(Vec<Item>, Option<(Vec<u8>, Vec<u8>)>, bool), Status> {
+    let mut batch = Vec::new();
+    let mut last = None;
+    let mut read = 0;
+    while batch.len() < BATCH_OBJECTS && read < 16 * BATCH_OBJECTS {
+        let Some(o) = fold.next() else {
+            return Ok((batch, last, true));
+        };
+        let o = o.map_err(crate::errors::to_status)?;
+        read += 1;
+        last = Some((o.bucket.clone(), o.key.clone()));
+        if newer_than.is_some_and(|s| o.object.sqn <= s) {
+            continue;
+        }
+        let damaged = |e: String| {
+            Status::data_loss(format!(
+                "transition: p{partition}: an object is not a replica object: {e}"
+            ))
+        };
+        let set = decode_siblings(&o.object.metadata).map_err(|e| damaged(e.to_string()))?;
+        let contents = decode_contents(&o.object.value).map_err(|e| damaged(e.to_string()))?;
+        let bytes = (o.object.value.len() + o.object.metadata.len()) as u64;
+        let object = Object::new(set, contents).map_err(|e| damaged(e.to_string()))?;
+        batch.push(Item {
+            bucket: o.bucket,
+            key: o.key,
+            object: Arc::new(object),
+            bytes,
+        });
+    }
+    Ok((batch, last, false))
+}
+
+/// Write `TRANSFERS` durably: temp file, fsync, rename, fsync of the directory.
+fn save(path: &Path, p: &Progress) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(&serde_json::to_vec(p)?)
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("fsyncing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// A member's `RingState`, within a few seconds.
+async fn ring_state_of(peers: &Peers, member: &Member) -> Result<pb::RingStateResponse, Status> {
+    let mut client = peers.client(member)?;
+    let mut req = tonic::Request::new(pb::RingStateRequest {});
+    req.set_timeout(Duration::from_secs(3));
+    Ok(client.ring_state(req).await?.into_inner())
+}
+
+/// A ring reported by a member, as a view of this node's ring parameters.
+fn view_of_state(cfg: &NodeConfig, s: &pb::RingStateResponse) -> Result<ClusterView> {
+    let params = levee_cluster::RingParams::new(
+        levee_cluster::RingSize::new(cfg.cluster.ring_size)?,
+        cfg.n_val(),
+    )?;
+    let list = MemberList::parse(&s.list_json).context("its member list")?;
+    let routing_list = MemberList::parse(&s.routing_list_json).context("its routing list")?;
+    membership::view_of(
+        params,
+        list,
+        routing_list,
+        &s.routing_owners,
+        Some(&s.target_owners),
+    )
+}
+
+/// A node with no committed ring whose member list is not the first (version above 1) takes the
+/// ring of a member that has one before it opens its stores: the claims of a list depend on the
+/// lists before it. Waits (logging every 10 s) while a member that might have one cannot be
+/// reached; starts from the list when every other member answers that it has no committed ring
+/// (a cluster formed at once), or answers with something that is not a ring.
+pub async fn take_ring_from_peers(cfg: &NodeConfig, peers: &Peers) -> Result<()> {
+    if cfg.data_dir.join(MEMBERS_FILE).exists() {
+        return Ok(());
+    }
+    let Some(file) = &cfg.cluster.members_file else {
+        return Ok(());
+    };
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Ok(());
+    };
+    let Ok(list) = membership::parse_members_text(&text) else {
+        return Ok(()); // the members file's error is reported where it is loaded
+    };
+    if list.version() <= 1 {
+        return Ok(());
+    }
+    let others: Vec<&Member> = list
+        .members()
+        .iter()
+        .filter(|m| m.name != cfg.node_name)
+        .collect();
+    let began = Instant::now();
+    let mut told = Instant::now();
+    loop {
+        let mut uncommitted = Vec::new();
+        let mut unreachable = Vec::new();
+        for m in &others {
+            match ring_state_of(peers, m).await {
+                Ok(s) if s.committed => match view_of_state(cfg, &s) {
+                    Ok(v) => {
+                        std::fs::create_dir_all(&cfg.data_dir)
+                            .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+                        membership::commit_peer_view(&cfg.data_dir, &v)?;
+                        log::info!(
+                            "membership: no ring of its own yet; took {}'s (member list version {}{})",
+                            m.name,
+                            v.list.version(),
+                            if v.target.is_some() { ", transition under way" } else { "" }
+                        );
+                        return Ok(());
+                    }
+                    Err(e) => log::warn!("membership: {}'s ring is not usable here: {e:#}", m.name),
+                },
+                Ok(_) => uncommitted.push(m.name.as_str()),
+                // It answered, but not with a ring (not a levee that has one): nothing to take.
+                Err(e) if !crate::peers::is_unreachable(&e) => uncommitted.push(m.name.as_str()),
+                Err(e) => unreachable.push(format!("{} ({})", m.name, e.message())),
+            }
+        }
+        if uncommitted.len() == others.len() {
+            log::info!(
+                "membership: no member has a committed ring: starting from member list version {}",
+                list.version()
+            );
+            return Ok(());
+        }
+        if told.elapsed() >= Duration::from_secs(10) {
+            log::warn!(
+                "membership: joining with member list version {}: waiting {:.0} s for a member's ring; \
+                 unreachable: {}",
+                list.version(),
+                began.elapsed().as_secs_f64(),
+                unreachable.join(", ")
+            );
+            told = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_round_trips_through_its_file() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(TRANSFERS_FILE);
+        let mut p = Progress {
+            version: 4,
+            ..Default::default()
+        };
+        p.partitions.insert(
+            7,
+            PartitionTransfer {
+                to: "n4".into(),
+                start_sqn: 99,
+                after: Some((b"b".to_vec(), b"k\x00\xff".to_vec())),
+                objects: 3,
+                bytes: 300,
+                ..Default::default()
+            },
+        );
+        save(&path, &p).unwrap();
+        let back: Progress = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back, p);
+    }
+}

@@ -1,0 +1,204 @@
+//! A recorded client load for the cluster tests: read-modify-write cycles (GET at r=2, then a PUT
+//! of a unique value with the GET's context at w=2) on random keys of bucket "b" under the
+//! "siblings" type, every operation recorded in a `history::History`; and the final reads and
+//! metric scrapes the tests check it with.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use levee_proto::v1 as pb;
+use pb::kv_client::KvClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+use super::history::{History, ReadOutcome, WriteOutcome};
+
+pub const TYPE: &str = "siblings";
+
+/// The load's shape.
+#[derive(Clone, Copy)]
+pub struct Load {
+    /// Keys `k000`.. to pick from.
+    pub keys: usize,
+    /// Bytes of padding after each value (the history holds values unpadded).
+    pub pad: usize,
+}
+
+pub fn key(i: usize) -> String {
+    format!("k{i:03}")
+}
+
+pub fn quorum(n: u32) -> Option<pb::Quorum> {
+    Some(pb::Quorum {
+        value: Some(pb::quorum::Value::Count(n)),
+    })
+}
+
+/// A client that connects when first used, with short connect and request timeouts.
+pub fn lazy(addr: &str) -> KvClient<Channel> {
+    KvClient::new(
+        Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(500))
+            .timeout(Duration::from_secs(5))
+            .connect_lazy(),
+    )
+}
+
+/// The values of a read, without their padding.
+pub fn sibling_values(g: &pb::GetResponse) -> Vec<String> {
+    g.siblings
+        .iter()
+        .map(|s| {
+            let v = String::from_utf8(s.value.clone()).unwrap();
+            v.split_once("-x")
+                .map_or(v.clone(), |(head, _)| head.to_string())
+        })
+        .collect()
+}
+
+/// Client `c` of the load, through `addrs` (starting at `c % len`, moving to the next address
+/// when its node cannot be reached), until `stop`. Acknowledged writes are counted in `acked`.
+pub async fn client(
+    c: usize,
+    load: Load,
+    addrs: Vec<String>,
+    h: History,
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+) {
+    let mut node = c % addrs.len();
+    let mut conns: Vec<KvClient<Channel>> = addrs.iter().map(|a| lazy(a)).collect();
+    let mut n = 0u64;
+    let mut rng = 0x9E37_79B9u64.wrapping_mul(c as u64 + 1);
+    let pad = "x".repeat(load.pad);
+    while !stop.load(Ordering::Relaxed) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let k = key(rng as usize % load.keys);
+        let t = h.begin_read(c, &k);
+        let r = conns[node]
+            .get(pb::GetRequest {
+                bucket: "b".into(),
+                key: k.clone().into(),
+                bucket_type: TYPE.into(),
+                r: quorum(2),
+                ..Default::default()
+            })
+            .await;
+        let context = match r {
+            Ok(g) => {
+                let g = g.into_inner();
+                h.end_read(t, ReadOutcome::Values(sibling_values(&g)));
+                g.context
+            }
+            Err(e) if e.code() == Code::NotFound => {
+                h.end_read(t, ReadOutcome::NotFound);
+                Vec::new()
+            }
+            Err(_) => {
+                h.end_read(t, ReadOutcome::Failed);
+                node = (node + 1) % addrs.len();
+                continue;
+            }
+        };
+        n += 1;
+        let value = format!("c{c}-{n}");
+        let t = h.begin_write(c, &k, &value);
+        let value = if load.pad > 0 {
+            format!("{value}-{pad}")
+        } else {
+            value
+        };
+        let r = conns[node]
+            .put(pb::PutRequest {
+                bucket: "b".into(),
+                key: k.clone().into(),
+                value: value.into_bytes(),
+                context,
+                bucket_type: TYPE.into(),
+                w: quorum(2),
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(_) => {
+                h.end_write(t, WriteOutcome::Acked);
+                acked.fetch_add(1, Ordering::Relaxed);
+            }
+            // The coordinator said the quorum was not met: the write may still be on a replica.
+            Err(e) if e.message().starts_with("quorum not met") => {
+                h.end_write(t, WriteOutcome::Failed)
+            }
+            Err(_) => {
+                h.end_write(t, WriteOutcome::Unknown);
+                node = (node + 1) % addrs.len();
+                conns[node] = lazy(&addrs[node]);
+            }
+        }
+    }
+}
+
+/// Every key of the load read at r=3 through each address (retried for up to 20 s while a
+/// member is still marked down): key -> sorted values, per address.
+pub async fn final_reads(load: Load, addrs: &[String]) -> Vec<BTreeMap<String, Vec<String>>> {
+    let mut per_node = Vec::new();
+    for a in addrs {
+        let mut kv = lazy(a);
+        let mut m = BTreeMap::new();
+        for i in 0..load.keys {
+            let start = std::time::Instant::now();
+            loop {
+                let r = kv
+                    .get(pb::GetRequest {
+                        bucket: "b".into(),
+                        key: key(i).into(),
+                        bucket_type: TYPE.into(),
+                        r: quorum(3),
+                        ..Default::default()
+                    })
+                    .await;
+                match r {
+                    Ok(g) => {
+                        let mut v = sibling_values(&g.into_inner());
+                        v.sort();
+                        m.insert(key(i), v);
+                        break;
+                    }
+                    Err(e) if e.code() == Code::NotFound => break,
+                    Err(e) => assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "final read of {} via {a}: {e:?}",
+                        key(i)
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        per_node.push(m);
+    }
+    per_node
+}
+
+/// GET /metrics over a plain TCP connection (HTTP/1.0).
+pub async fn scrape(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// The sum of the samples of every series whose line starts with `name`.
+pub async fn metric(addr: &str, name: &str) -> f64 {
+    scrape(addr)
+        .await
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

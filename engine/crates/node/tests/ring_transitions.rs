@@ -1,0 +1,238 @@
+//! Ring transitions on real `levee serve` processes (local-cluster harness, n_val 3, w = r = 2)
+//! under a recorded read-modify-write load checked by `common::history`: three members grow to
+//! five (two join with empty data directories and take their ring from the others) and shrink
+//! back to three (the two hand everything off before they are stopped). No write acknowledged at
+//! w=2 is lost, no value appears that was never written, and every key reads back the same from
+//! every remaining member. Foreground throughput per phase and the bytes moved are printed.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::cluster::{run, Down};
+use common::history::{self, History};
+use common::load::{client, final_reads, metric, Load};
+use levee_proto::v1 as pb;
+use pb::admin_client::AdminClient;
+
+const LOAD: Load = Load {
+    keys: 300,
+    pad: 2048,
+};
+const CLIENTS: usize = 4;
+
+async fn members(addr: &str) -> Option<pb::MembersResponse> {
+    let mut c = AdminClient::connect(format!("http://{addr}")).await.ok()?;
+    Some(c.members(pb::MembersRequest {}).await.ok()?.into_inner())
+}
+
+/// Waits until every node in `addrs` routes with member list `version` (transition complete).
+async fn wait_settled(addrs: &[(String, String)], version: u64, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let mut pending = Vec::new();
+        for (name, a) in addrs {
+            match members(a).await {
+                Some(m) if m.routing_version == version && m.target_owners.is_empty() => {}
+                Some(m) => pending.push(format!(
+                    "{name} (version {}, routing {}, {} target owners)",
+                    m.version,
+                    m.routing_version,
+                    m.target_owners.len()
+                )),
+                None => pending.push(format!("{name} (unreachable)")),
+            }
+        }
+        if pending.is_empty() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "transition to version {version} not complete after {limit:?}: {}",
+            pending.join(", ")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// "name address metrics pid" lines of the harness.
+fn nodes_of(out: &str) -> Vec<(String, String, String)> {
+    out.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
+struct Phase {
+    name: &'static str,
+    secs: f64,
+    acked: u64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap().to_string();
+    let _down = Down(dir.clone());
+    let mut nodes = nodes_of(&run(&["up", &d, "3", "--ring-size", "16", "--n-val", "3"]));
+    let addrs: Vec<String> = nodes.iter().map(|n| n.1.clone()).collect();
+    let before = members(&addrs[0]).await.unwrap();
+
+    let h = History::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            tokio::spawn(client(
+                c,
+                LOAD,
+                addrs.clone(),
+                h.clone(),
+                stop.clone(),
+                acked.clone(),
+            ))
+        })
+        .collect();
+    let mut phases = Vec::new();
+    let mut phase_start = (Instant::now(), 0u64);
+    let mut end_phase = |name: &'static str, phases: &mut Vec<Phase>| {
+        let now = (Instant::now(), acked.load(Ordering::Relaxed));
+        phases.push(Phase {
+            name,
+            secs: (now.0 - phase_start.0).as_secs_f64(),
+            acked: now.1 - phase_start.1,
+        });
+        phase_start = now;
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    end_phase("3 members", &mut phases);
+    let bytes_before: f64 = {
+        let mut b = 0.0;
+        for n in &nodes {
+            b += metric(&n.2, "levee_handoff_bytes_total").await;
+        }
+        b
+    };
+
+    // Join: two new members, named in version 2 before they start (they take the ring from a
+    // member that has one), then started.
+    for name in ["n4", "n5"] {
+        run(&["add", &d, name]);
+    }
+    run(&["members", &d, "2", "n1", "n2", "n3", "n4", "n5"]);
+    for name in ["n4", "n5"] {
+        nodes.extend(nodes_of(&run(&["start", &d, name])));
+    }
+    let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
+    let join = wait_settled(&named, 2, Duration::from_secs(180)).await;
+    end_phase("3 -> 5 (transition)", &mut phases);
+    let five = members(&addrs[0]).await.unwrap();
+    for (name, a) in &named {
+        assert_eq!(
+            members(a).await.unwrap().owners,
+            five.owners,
+            "{name} routes with another claim"
+        );
+    }
+    for name in ["n4", "n5"] {
+        assert!(
+            five.owners.iter().any(|o| o == name),
+            "{name} owns nothing after the join: {:?}",
+            five.owners
+        );
+    }
+    let mut moved_join = 0.0;
+    for n in &nodes {
+        moved_join += metric(&n.2, "levee_handoff_bytes_total").await;
+    }
+    moved_join -= bytes_before;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    end_phase("5 members", &mut phases);
+
+    // Leave: version 3 names the first three again. n4 and n5 stream what they own back, the
+    // target routes, and they hold nothing afterwards.
+    run(&["members", &d, "3", "n1", "n2", "n3"]);
+    let leave = wait_settled(&named, 3, Duration::from_secs(180)).await;
+    end_phase("5 -> 3 (transition)", &mut phases);
+    let three = members(&addrs[0]).await.unwrap();
+    assert!(three
+        .owners
+        .iter()
+        .all(|o| ["n1", "n2", "n3"].contains(&o.as_str())));
+    let start = Instant::now();
+    for n in &nodes[3..] {
+        loop {
+            let holding = metric(&n.2, "levee_vnodes{state=\"handoff\"}").await
+                + metric(&n.2, "levee_vnodes{state=\"active\"}").await;
+            if holding == 0.0 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{} still holds {holding} vnodes 60 s after leaving",
+                n.0
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        run(&["kill", &d, &n.0, "TERM"]);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    end_phase("3 members again", &mut phases);
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let mut moved_total = 0.0;
+    for n in &nodes[..3] {
+        moved_total += metric(&n.2, "levee_handoff_bytes_total").await;
+    }
+
+    for p in &phases {
+        eprintln!(
+            "phase {:<22} {:>6.1} s  {:>7.0} acknowledged writes/s",
+            p.name,
+            p.secs,
+            p.acked as f64 / p.secs
+        );
+    }
+    eprintln!(
+        "join took {:.1} s, moving {:.1} MB ({:.1} MB/s); leave took {:.1} s",
+        join.as_secs_f64(),
+        moved_join / 1e6,
+        moved_join / 1e6 / join.as_secs_f64(),
+        leave.as_secs_f64()
+    );
+    eprintln!(
+        "bytes sent by the three that stayed, whole run: {:.1} MB",
+        moved_total / 1e6
+    );
+    assert!(
+        moved_join > (LOAD.keys * LOAD.pad) as f64 / 4.0,
+        "the join moved only {moved_join} bytes"
+    );
+    for p in &phases {
+        assert!(p.acked > 0, "no write acknowledged during {}", p.name);
+    }
+
+    let summary = match history::check(&h) {
+        Ok(s) => s,
+        Err(v) => panic!("history violations:\n{}", history::report(&v, 20)),
+    };
+    eprintln!("history: {summary}");
+
+    // Every key, read at r=3 from each member that stayed, is the same and holds what the
+    // history allows.
+    let per_node = final_reads(LOAD, &addrs).await;
+    if let Err(v) = history::check_final(&h, &per_node[0]) {
+        panic!("after the transitions:\n{}", history::report(&v, 20));
+    }
+    if let Err(v) = history::check_converged(&per_node) {
+        panic!("members disagree:\n{}", history::report(&v, 20));
+    }
+    assert_ne!(before.owners, five.owners);
+}

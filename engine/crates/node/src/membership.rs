@@ -198,8 +198,9 @@ impl Membership {
         self.view.read().clone()
     }
 
-    /// Apply a new list: commit it, then use it. Refused (typed error, view unchanged) when it
-    /// would move partitions, goes back in version, or reuses a version for other content.
+    /// Apply a new list: commit it, then use it (one that moves partitions starts a ring
+    /// transition). Refused (typed error, view unchanged) when it goes back in version or reuses
+    /// a version for other content.
     pub fn apply(&self, new: MemberList) -> Result<Applied, ApplyError> {
         let _one = self.apply_lock.lock();
         let cur = self.view();

@@ -4,6 +4,7 @@
 # node's tests (engine/crates/node/tests/local_cluster.rs) and by `make cluster-demo`.
 #
 #   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
+#                             [--handoff-bytes-per-sec B]
 #                                   start n1..nN; prints one line per node: name address metrics pid
 #   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
 #   local-cluster.sh add DIR NAME   prepare a new node (n1's config, free ports; not started,
@@ -22,7 +23,7 @@ bin=${LEVEE_BIN:-$here/engine/target/release/levee}
 die() { echo "local-cluster: $*" >&2; exit 1; }
 # alive PID: running and not a zombie (an orphan's zombie may wait for a reaper that never comes)
 alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
-usage() { sed -n '2,18p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 
 # free_port: a port nothing listens on now, chosen below the kernel's ephemeral range. A port
 # from bind(0) is an ephemeral one, which the kernel hands to the next outgoing connection of any
@@ -112,13 +113,14 @@ case "$cmd" in
   up)
     [ $# -ge 2 ] || usage
     dir=$1 n=$2; shift 2
-    ring=64 nval=3 sync=false delete_delay=3600
+    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate=
     while [ $# -gt 0 ]; do
       case "$1" in
         --ring-size) ring=$2; shift 2 ;;
         --n-val) nval=$2; shift 2 ;;
         --sync) sync=true; shift ;;
         --delete-delay-secs) delete_delay=$2; shift 2 ;;
+        --handoff-bytes-per-sec) handoff_rate=$2; shift 2 ;;
         *) die "unknown option $1" ;;
       esac
     done
@@ -147,6 +149,7 @@ conflict = "siblings"
 sync_on_write = $sync
 aae_segments = 4096
 EOF
+        [ -z "$handoff_rate" ] || printf '[handoff]\nmax_bytes_per_sec = %s\n' "$handoff_rate" >> "$dir/$name/levee.toml"
       done
       # The list exists before any node starts: each commits it as its first list.
       write_members "$dir" 1 "${names[@]}"

@@ -48,6 +48,8 @@ use crate::replica::Forward;
 pub const TRANSFERS_FILE: &str = "TRANSFERS";
 const STEP_EVERY: Duration = Duration::from_millis(500);
 const BATCH_OBJECTS: usize = 64;
+/// A batch ends once it holds this many bytes (what a failed batch may send again).
+const BATCH_BYTES: u64 = 256 << 10;
 /// Forwards in flight at once.
 const FORWARDS_IN_FLIGHT: usize = 64;
 /// Progress is written at most this often while a partition streams (and at every end).
@@ -566,7 +568,8 @@ fn next_batch(
     let mut batch = Vec::new();
     let mut last = None;
     let mut read = 0;
-    while batch.len() < BATCH_OBJECTS && read < 16 * BATCH_OBJECTS {
+    let mut bytes_in = 0;
+    while batch.len() < BATCH_OBJECTS && bytes_in < BATCH_BYTES && read < 16 * BATCH_OBJECTS {
         let Some(o) = fold.next() else {
             return Ok((batch, last, true));
         };
@@ -585,6 +588,7 @@ fn next_batch(
         let contents = decode_contents(&o.object.value).map_err(|e| damaged(e.to_string()))?;
         let bytes = (o.object.value.len() + o.object.metadata.len()) as u64;
         let object = Object::new(set, contents).map_err(|e| damaged(e.to_string()))?;
+        bytes_in += bytes;
         batch.push(Item {
             bucket: o.bucket,
             key: o.key,

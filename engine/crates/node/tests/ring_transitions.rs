@@ -236,3 +236,123 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
     }
     assert_ne!(before.owners, five.owners);
 }
+
+/// Bytes of value in each object of the resume test.
+const BIG: usize = 8 << 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transfer_resumes_after_the_receiver_is_killed_without_sending_much_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap().to_string();
+    let _down = Down(dir.clone());
+    // Transfers throttled to 1 MiB/s per source, so the kill lands mid-stream.
+    let nodes = nodes_of(&run(&[
+        "up",
+        &d,
+        "3",
+        "--ring-size",
+        "16",
+        "--n-val",
+        "3",
+        "--handoff-bytes-per-sec",
+        "1048576",
+    ]));
+    let keys = 1500usize;
+    let mut kv = common::load::lazy(&nodes[0].1);
+    let value = vec![b'v'; BIG];
+    for i in 0..keys {
+        kv.put(pb::PutRequest {
+            bucket: "b".into(),
+            key: format!("r{i:05}").into(),
+            value: value.clone(),
+            bucket_type: "siblings".into(),
+            w: common::load::quorum(3),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let before = members(&nodes[0].1).await.unwrap();
+    let sent = |ns: Vec<(String, String, String)>| async move {
+        let mut b = 0.0;
+        for n in &ns[..3] {
+            b += metric(&n.2, "levee_handoff_bytes_total").await;
+        }
+        b
+    };
+    let sent_before = sent(nodes.clone()).await;
+
+    run(&["add", &d, "n4"]);
+    run(&["members", &d, "2", "n1", "n2", "n3", "n4"]);
+    let mut nodes = nodes;
+    nodes.extend(nodes_of(&run(&["start", &d, "n4"])));
+    let after = {
+        let m = members(&nodes[0].1).await.unwrap();
+        assert!(!m.target_owners.is_empty(), "no transition started");
+        m.target_owners
+    };
+    // What the moving vnodes hold: vnode q holds the keys of partitions q-2..q (n_val 3).
+    let ring = levee_cluster::RingSize::new(16).unwrap();
+    let moving: Vec<u32> = (0..16u32)
+        .filter(|&q| before.owners[q as usize] != after[q as usize])
+        .collect();
+    let per_partition = |p: u32| {
+        (0..keys)
+            .filter(|i| levee_cluster::partition_of(b"b", format!("r{i:05}").as_bytes(), ring) == p)
+            .count()
+    };
+    let objects: usize = moving
+        .iter()
+        .map(|&q| {
+            (0..3)
+                .map(|i| per_partition((q + 16 - i) % 16))
+                .sum::<usize>()
+        })
+        .sum();
+    let size = (objects * BIG) as f64;
+
+    // Kill n4 once 40 % has been sent (each source well into its first partition: a transfer
+    // that started again instead of resuming would send that part twice), start it again two
+    // seconds later.
+    let start = Instant::now();
+    while sent(nodes.clone()).await - sent_before < size * 0.4 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the transfer never got going"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let at_kill = sent(nodes.clone()).await - sent_before;
+    run(&["kill", &d, "n4"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    run(&["start", &d, "n4"]);
+    let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
+    let took = wait_settled(&named, 2, Duration::from_secs(120)).await;
+    let total = sent(nodes.clone()).await - sent_before;
+    eprintln!(
+        "{} partitions moved holding {:.1} MB; killed n4 after {:.1} MB; sent {:.1} MB in all \
+         ({:.3} x the partitions' size); the rest took {:.1} s after the restart",
+        moving.len(),
+        size / 1e6,
+        at_kill / 1e6,
+        total / 1e6,
+        total / size,
+        took.as_secs_f64()
+    );
+    assert!(total >= size, "sent {total} bytes of {size}");
+    assert!(
+        total < 1.2 * size,
+        "the transfer started again instead of resuming: {total} bytes sent for {size}"
+    );
+    // Every replica of every key, n4's included (asked of each preflist owner's Node service):
+    // present and the same.
+    for i in (0..keys).step_by(5) {
+        let k = format!("r{i:05}");
+        let sets = common::cluster::replicas(&named, &k).await;
+        assert!(
+            sets.iter().all(|s| *s == sets[0] && !s.is_empty()),
+            "{k}: {sets:?}"
+        );
+    }
+}

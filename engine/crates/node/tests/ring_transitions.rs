@@ -356,3 +356,137 @@ async fn a_transfer_resumes_after_the_receiver_is_killed_without_sending_much_ag
         );
     }
 }
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Foreground throughput while a join moves data (a measurement, not a check: run it with
+/// `cargo test --release -p levee-node --test ring_transitions -- --ignored --nocapture`). Four
+/// processes run throughout — n4 idle and outside the list until the join — so the phases
+/// compare the same CPU contention. `LEVEE_BENCH_KEYS` (20000 keys of 4 KiB) and
+/// `LEVEE_BENCH_RATE` (bytes per second per source, 2 MiB/s) size the transfer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn foreground_throughput_while_a_join_moves_data() {
+    let keys = env_or("LEVEE_BENCH_KEYS", 20_000);
+    let rate = env_or("LEVEE_BENCH_RATE", 2 << 20);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap().to_string();
+    let _down = Down(dir.clone());
+    let mut nodes = nodes_of(&run(&[
+        "up",
+        &d,
+        "3",
+        "--ring-size",
+        "16",
+        "--n-val",
+        "3",
+        "--handoff-bytes-per-sec",
+        &rate.to_string(),
+    ]));
+    run(&["add", &d, "n4"]);
+    nodes.extend(nodes_of(&run(&["start", &d, "n4"])));
+    let addrs: Vec<String> = nodes[..3].iter().map(|n| n.1.clone()).collect();
+
+    // Preload, 16 writers.
+    let started = Instant::now();
+    let writers: Vec<_> = (0..16)
+        .map(|w| {
+            let a = addrs[w % 3].clone();
+            tokio::spawn(async move {
+                let mut kv = common::load::lazy(&a);
+                for i in (w..keys).step_by(16) {
+                    kv.put(pb::PutRequest {
+                        bucket: "b".into(),
+                        key: format!("p{i:06}").into(),
+                        value: vec![b'p'; 4096],
+                        bucket_type: "siblings".into(),
+                        w: common::load::quorum(2),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    eprintln!(
+        "preloaded {keys} keys of 4 KiB in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let h = History::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let load = Load {
+                keys: 300,
+                pad: 1024,
+            };
+            tokio::spawn(client(
+                c,
+                load,
+                addrs.clone(),
+                h.clone(),
+                stop.clone(),
+                acked.clone(),
+            ))
+        })
+        .collect();
+    let sample = |secs: u64| {
+        let acked = acked.clone();
+        async move {
+            let (t0, a0) = (Instant::now(), acked.load(Ordering::Relaxed));
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            (acked.load(Ordering::Relaxed) - a0) as f64 / t0.elapsed().as_secs_f64()
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await; // warm-up
+    let before = sample(15).await;
+    let sent = |ns: Vec<(String, String, String)>| async move {
+        let mut b = 0.0;
+        for n in &ns[..3] {
+            b += metric(&n.2, "levee_handoff_bytes_total").await;
+        }
+        b
+    };
+    let sent0 = sent(nodes.clone()).await;
+    run(&["members", &d, "2", "n1", "n2", "n3", "n4"]);
+    let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
+    let (t0, a0) = (Instant::now(), acked.load(Ordering::Relaxed));
+    let took = wait_settled(&named, 2, Duration::from_secs(600)).await;
+    let during = (acked.load(Ordering::Relaxed) - a0) as f64 / t0.elapsed().as_secs_f64();
+    let moved = sent(nodes.clone()).await - sent0;
+    let after = sample(15).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    eprintln!(
+        "acknowledged writes/s: before {before:.0}, during the join {during:.0} ({:+.1} %), after {after:.0}",
+        (during / before - 1.0) * 100.0
+    );
+    let throttle = if rate == 0 {
+        "unthrottled".to_string()
+    } else {
+        format!("throttled to {:.1} MB/s per source", rate as f64 / 1e6)
+    };
+    eprintln!(
+        "join moved {:.1} MB in {:.1} s: {:.1} MB/s ({throttle})",
+        moved / 1e6,
+        took.as_secs_f64(),
+        moved / 1e6 / took.as_secs_f64(),
+    );
+    if let Err(v) = history::check(&h) {
+        panic!("history violations:\n{}", history::report(&v, 20));
+    }
+}

@@ -57,6 +57,15 @@ async fn wait_settled(addrs: &[(String, String)], version: u64, limit: Duration)
     }
 }
 
+/// Bytes n1..n3 sent to other members' vnodes (`levee_handoff_bytes_total`).
+async fn sent_by_first_three(nodes: &[(String, String, String)]) -> f64 {
+    let mut b = 0.0;
+    for n in &nodes[..3] {
+        b += metric(&n.2, "levee_handoff_bytes_total").await;
+    }
+    b
+}
+
 /// "name address metrics pid" lines of the harness.
 fn nodes_of(out: &str) -> Vec<(String, String, String)> {
     out.lines()
@@ -111,13 +120,7 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
     };
     tokio::time::sleep(Duration::from_secs(4)).await;
     end_phase("3 members", &mut phases);
-    let bytes_before: f64 = {
-        let mut b = 0.0;
-        for n in &nodes {
-            b += metric(&n.2, "levee_handoff_bytes_total").await;
-        }
-        b
-    };
+    let bytes_before = sent_by_first_three(&nodes).await;
 
     // Join: two new members, named in version 2 before they start (they take the ring from a
     // member that has one), then started.
@@ -146,11 +149,8 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
             five.owners
         );
     }
-    let mut moved_join = 0.0;
-    for n in &nodes {
-        moved_join += metric(&n.2, "levee_handoff_bytes_total").await;
-    }
-    moved_join -= bytes_before;
+    // Only n1..n3 send in a join (n4 and n5 had nothing).
+    let moved_join = sent_by_first_three(&nodes).await - bytes_before;
     tokio::time::sleep(Duration::from_secs(3)).await;
     end_phase("5 members", &mut phases);
 
@@ -187,10 +187,7 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
     for c in clients {
         c.await.unwrap();
     }
-    let mut moved_total = 0.0;
-    for n in &nodes[..3] {
-        moved_total += metric(&n.2, "levee_handoff_bytes_total").await;
-    }
+    let moved_total = sent_by_first_three(&nodes).await;
 
     for p in &phases {
         eprintln!(
@@ -274,14 +271,7 @@ async fn a_transfer_resumes_after_the_receiver_is_killed_without_sending_much_ag
         .unwrap();
     }
     let before = members(&nodes[0].1).await.unwrap();
-    let sent = |ns: Vec<(String, String, String)>| async move {
-        let mut b = 0.0;
-        for n in &ns[..3] {
-            b += metric(&n.2, "levee_handoff_bytes_total").await;
-        }
-        b
-    };
-    let sent_before = sent(nodes.clone()).await;
+    let sent_before = sent_by_first_three(&nodes).await;
 
     run(&["add", &d, "n4"]);
     run(&["members", &d, "2", "n1", "n2", "n3", "n4"]);
@@ -316,20 +306,20 @@ async fn a_transfer_resumes_after_the_receiver_is_killed_without_sending_much_ag
     // that started again instead of resuming would send that part twice), start it again two
     // seconds later.
     let start = Instant::now();
-    while sent(nodes.clone()).await - sent_before < size * 0.4 {
+    while sent_by_first_three(&nodes).await - sent_before < size * 0.4 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "the transfer never got going"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let at_kill = sent(nodes.clone()).await - sent_before;
+    let at_kill = sent_by_first_three(&nodes).await - sent_before;
     run(&["kill", &d, "n4"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     run(&["start", &d, "n4"]);
     let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
     let took = wait_settled(&named, 2, Duration::from_secs(120)).await;
-    let total = sent(nodes.clone()).await - sent_before;
+    let total = sent_by_first_three(&nodes).await - sent_before;
     eprintln!(
         "{} partitions moved holding {:.1} MB; killed n4 after {:.1} MB; sent {:.1} MB in all \
          ({:.3} x the partitions' size); the rest took {:.1} s after the restart",
@@ -452,20 +442,13 @@ async fn foreground_throughput_while_a_join_moves_data() {
     };
     tokio::time::sleep(Duration::from_secs(2)).await; // warm-up
     let before = sample(15).await;
-    let sent = |ns: Vec<(String, String, String)>| async move {
-        let mut b = 0.0;
-        for n in &ns[..3] {
-            b += metric(&n.2, "levee_handoff_bytes_total").await;
-        }
-        b
-    };
-    let sent0 = sent(nodes.clone()).await;
+    let sent0 = sent_by_first_three(&nodes).await;
     run(&["members", &d, "2", "n1", "n2", "n3", "n4"]);
     let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
     let (t0, a0) = (Instant::now(), acked.load(Ordering::Relaxed));
     let took = wait_settled(&named, 2, Duration::from_secs(600)).await;
     let during = (acked.load(Ordering::Relaxed) - a0) as f64 / t0.elapsed().as_secs_f64();
-    let moved = sent(nodes.clone()).await - sent0;
+    let moved = sent_by_first_three(&nodes).await - sent0;
     let after = sample(15).await;
     stop.store(true, Ordering::Relaxed);
     for c in clients {

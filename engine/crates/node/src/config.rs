@@ -23,7 +23,8 @@
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
 //!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
-//! [handoff]     max_bytes_per_sec (32 MiB/s): hinted handoff's throttle per transfer
+//! [handoff]     max_bytes_per_sec (32 MiB/s): the throttle of each hinted-handoff transfer and
+//!               of each partition a ring transition streams
 //! [limits]      vnode_concurrency (4), vnode_queue (64), default_deadline_ms (2000): overload
 //!               protection, see `admission.rs` — each vnode runs at most vnode_concurrency engine
 //!               calls at once and queues at most vnode_queue more; a request that cannot start
@@ -145,11 +146,12 @@ pub struct MembershipSection {
     pub members: Vec<String>,
 }
 
-/// Hinted handoff (see `handoff.rs`).
+/// Hinted handoff and ring-transition streams (see `handoff.rs`, `transition.rs`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HandoffSection {
-    /// Bytes per second one transfer sends to a returning owner (0: unthrottled).
+    /// Bytes per second one transfer sends to a returning owner, or one partition to its next
+    /// owner in a ring transition (0: unthrottled).
     pub max_bytes_per_sec: u64,
 }
 

@@ -277,9 +277,17 @@ async fn a_transfer_resumes_after_the_receiver_is_killed_without_sending_much_ag
     run(&["members", &d, "2", "n1", "n2", "n3", "n4"]);
     let mut nodes = nodes;
     nodes.extend(nodes_of(&run(&["start", &d, "n4"])));
+    // n1 reads the members file within a second; the throttled streams take several.
     let after = {
-        let m = members(&nodes[0].1).await.unwrap();
-        assert!(!m.target_owners.is_empty(), "no transition started");
+        let start = Instant::now();
+        let m = loop {
+            let m = members(&nodes[0].1).await.unwrap();
+            if m.version == 2 || start.elapsed() > Duration::from_secs(10) {
+                break m;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(!m.target_owners.is_empty(), "no transition started: {m:?}");
         m.target_owners
     };
     // What the moving vnodes hold: vnode q holds the keys of partitions q-2..q (n_val 3).

@@ -566,6 +566,12 @@ fn proxy_forwards_both_directions() {
     });
     s.write_all(&big).unwrap();
     echo.join().unwrap();
+    // The proxy counts a chunk after writing it: the client may read it first.
+    let n = 5 + big.len() as u64;
+    wait_until("the proxy to count every byte", || {
+        let st = proxy.stats();
+        st.to_target >= n && st.to_client >= n
+    });
     let stats = proxy.stats();
     assert_eq!(stats.accepted, 1);
     assert_eq!(stats.to_target, 5 + big.len() as u64);

@@ -48,9 +48,9 @@ pub use handoff::{
     plan_handoffs, Batch, BatchId, BatchLimit, Handoff, HandoffError, HandoffKey, HandoffLimits,
     HandoffPlan, HandoffState, HandoffStatus, KeySource, Wait,
 };
-pub use membership::change::{accept_without_transition, classify_change, MembershipChange};
+pub use membership::change::{classify_change, MembershipChange};
 pub use membership::members::{Member, MemberList, MembersError};
-pub use membership::transition::{apply_list, ListChange, RingState};
+pub use membership::transition::{apply_list, next_owner, ListChange, RingState};
 pub use object::{decode_contents, merge_needs_local_contents, Content, Object, ObjectError};
 pub use quorum::{
     BucketTypeProps, Failure, GetDecision, GetTracker, HeadReply, OptionsError, PutDecision,

@@ -78,9 +78,7 @@ impl ClusterView {
 
     /// The owner `partition` moves to in the transition under way, if it moves.
     pub fn next_owner(&self, partition: u32) -> Option<&str> {
-        let t = self.target.as_ref()?;
-        let to = t.owner(partition);
-        (to != self.claim.owner(partition)).then_some(to)
+        levee_cluster::next_owner(&self.claim, self.target.as_ref(), partition)
     }
 }
 

@@ -76,31 +76,6 @@ pub fn classify_change(
     })
 }
 
-/// The node's rule until ring transitions are built: the claim to adopt for `new` (`None`: keep
-/// everything as it is), or [`MembersError::TransitionRefused`] naming what would have moved.
-pub fn accept_without_transition(
-    current: &MemberList,
-    claim: &Claim,
-    new: &MemberList,
-) -> Result<Option<Claim>, MembersError> {
-    match classify_change(current, claim, new)? {
-        MembershipChange::Unchanged => Ok(None),
-        MembershipChange::SameClaim { claim } => Ok(Some(claim)),
-        MembershipChange::RingTransition {
-            transition,
-            joining,
-            leaving,
-        } => Err(MembersError::TransitionRefused {
-            from: current.version(),
-            to: new.version(),
-            moved: transition.moved(),
-            ring_size: claim.ring_size().get(),
-            joining,
-            leaving,
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,38 +189,6 @@ mod tests {
         assert_eq!(
             classify_change(&join, &claim, &join).unwrap_err(),
             MembersError::ClaimMismatch { version: 6 }
-        );
-    }
-
-    #[test]
-    fn the_node_refuses_transitions_and_says_what_would_move() {
-        let cur = four(5);
-        let claim = claim_of(&cur);
-        assert_eq!(accept_without_transition(&cur, &claim, &four(5)), Ok(None));
-        assert!(accept_without_transition(&cur, &claim, &four(9))
-            .unwrap()
-            .is_some());
-        let join = five(6);
-        let e = accept_without_transition(&cur, &claim, &join).unwrap_err();
-        let MembersError::TransitionRefused {
-            from,
-            to,
-            moved,
-            ring_size,
-            ref joining,
-            ..
-        } = e
-        else {
-            panic!("{e:?}")
-        };
-        assert_eq!((from, to, ring_size), (5, 6, 64));
-        assert!(moved >= 12 && joining == &["n4".to_string()]);
-        let msg = e.to_string();
-        assert!(
-            msg.contains("version 6")
-                && msg.contains("keeps member list version 5")
-                && msg.contains("n4"),
-            "{msg}"
         );
     }
 

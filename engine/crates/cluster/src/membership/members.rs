@@ -109,15 +109,6 @@ pub enum MembersError {
     VersionReused { version: u64 },
     #[error("the claim's members do not match member list version {version}")]
     ClaimMismatch { version: u64 },
-    #[error("member list version {to} would move {moved} of {ring_size} partitions (joining: {joining:?}, leaving: {leaving:?}); this node keeps member list version {from} and its ring: ring transitions are not supported yet")]
-    TransitionRefused {
-        from: u64,
-        to: u64,
-        moved: usize,
-        ring_size: u32,
-        joining: Vec<String>,
-        leaving: Vec<String>,
-    },
     #[error(transparent)]
     Ring(#[from] RingError),
 }

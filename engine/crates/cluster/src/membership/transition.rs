@@ -81,9 +81,7 @@ impl RingState {
 
     /// The owner a partition is moving to, if it is moving.
     pub fn next_owner(&self, partition: u32) -> Option<&str> {
-        let t = self.target.as_ref()?;
-        let to = t.owner(partition);
-        (to != self.routing.owner(partition)).then_some(to)
+        next_owner(&self.routing, self.target.as_ref(), partition)
     }
 
     /// The state once every move is done: the target routes.
@@ -103,6 +101,17 @@ pub enum ListChange {
     /// Taken: the new state (a transition starts, changes target, is cancelled, or none is
     /// needed).
     Adopted(RingState),
+}
+
+/// The owner `partition` moves to from `routing` to `target` (`None`: it stays, or no
+/// transition runs).
+pub fn next_owner<'a>(
+    routing: &Claim,
+    target: Option<&'a Claim>,
+    partition: u32,
+) -> Option<&'a str> {
+    let to = target?.owner(partition);
+    (to != routing.owner(partition)).then_some(to)
 }
 
 /// Applies `new` to `cur`. Refuses a version that goes back and a reused version with other

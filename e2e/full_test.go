@@ -5,7 +5,9 @@
 // (e2e/addons), then the operator chart with its ServiceMonitor and PrometheusRule. The NVMe
 // sample (3 members): Available; malformed KVClusters refused by the API server; every member
 // runs the operator's member list; a levee-bench load Job (results in out/e2e/full/load);
-// Prometheus scrapes every member and the operator and has loaded levee's rules; a store of
+// Prometheus scrapes every member and the operator and has loaded levee's rules; under load the
+// autoscaler scales the CPU-bound cluster to 4 and the ring transition completes, then a
+// scale-in back to 3 keeps the leaving member until it is empty; a store of
 // several GiB per member, then the compaction and AAE rebuild Jobs on it; an image change under
 // load rolls one member at a time; a member deleted under write load loses no acknowledged write.
 // Then the HDD sample (6 members, TLS from a platform ClusterIssuer of cert-manager): Available,
@@ -53,8 +55,8 @@ func TestFull(t *testing.T) {
 	// sample's 1 GiB segments would need 64 GiB per member before the first one closes and
 	// compaction may touch it; the big-store step writes a few GiB.
 	applied := time.Now()
-	// Autoscaling on, held at 3 members (a step would move no data yet: ring transitions are
-	// the ring-changes work), so the operator reads this Prometheus and reports verdicts.
+	// Autoscaling on, held at 3 members until the scale step lets it go to 4, so the operator
+	// reads this Prometheus and reports verdicts.
 	e.step("apply the NVMe sample KVCluster (16 MiB journal segments, autoscaling held at 3)", func() {
 		e.applySample("kv_v1alpha1_kvcluster_nvme.yaml", `{"spec":{"engine":{"journalSegmentBytes":16777216}}}`,
 			fmt.Sprintf(`{"spec":{"autoscaling":{"enabled":true,"minReplicas":3,"maxReplicas":3,"prometheusURL":"http://prometheus-operated.%s.svc:9090"}}}`, monitoringNS))
@@ -120,6 +122,9 @@ func TestFull(t *testing.T) {
 	})
 	e.step("the operator's autoscaler reads Prometheus: a verdict in status.autoscaler, AutoscalerReady True", func() {
 		e.autoscalerVerdict(out, cluster)
+	})
+	e.step("under load the autoscaler scales the CPU-bound cluster to 4; the ring transition completes; a scale-in back to 3 waits for the leaving member to empty", func() {
+		e.autoscaleOutAndIn(out, cluster)
 	})
 	e.step(fmt.Sprintf("a store of at least %d GiB per member (64 KiB values written and overwritten)", e.bigStoreGiB), func() {
 		e.fillStore(out, cluster, 3)

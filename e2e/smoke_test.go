@@ -50,6 +50,24 @@ func mixScenario(cluster string, seconds int) string {
 		cluster, seconds, `[["get", 5], ["update", 1]]`, "pareto_int", 20000, 8192, 5000)
 }
 
+// failures sums the total and failed columns of basho_bench summary rows (elapsed, window,
+// total, successful, failed); unparsable rows are skipped.
+func failures(rows []string) (total, failed float64) {
+	for _, l := range rows {
+		f := strings.Split(l, ",")
+		if len(f) < 5 {
+			continue
+		}
+		n, err1 := strconv.ParseFloat(strings.TrimSpace(f[2]), 64)
+		x, err2 := strconv.ParseFloat(strings.TrimSpace(f[4]), 64)
+		if err1 == nil && err2 == nil {
+			total += n
+			failed += x
+		}
+	}
+	return total, failed
+}
+
 // throughput reads basho_bench summary rows (elapsed, window, total, successful, failed) and
 // returns the successful operations per second over the whole run and over its second half.
 // Unparsable rows are skipped: this only informs the log.

@@ -91,6 +91,7 @@ type loadRun struct {
 	dir               string // where the Job wrote its run directory (summary.csv, ...)
 	log               string
 	whole, secondHalf float64 // successful ops/s over the run and over its second half
+	total, failed     float64 // operations, and failed ones, over the run
 	rows              int
 }
 
@@ -99,6 +100,13 @@ type loadRun struct {
 // has no shell or tar for `kubectl cp`, and the test runs on the only node). ops are the
 // operations whose latency files must exist.
 func (e *env) runLoad(out, name, scenario string, deadline time.Duration, ops ...string) loadRun {
+	e.t.Helper()
+	return e.startLoad(out, name, scenario, deadline)(ops...)
+}
+
+// startLoad starts the load Job of runLoad and returns what waits for it and collects its
+// results (call it on the test's goroutine).
+func (e *env) startLoad(out, name, scenario string, deadline time.Duration) (wait func(ops ...string) loadRun) {
 	t := e.t
 	t.Helper()
 	dir := filepath.Join(out, name)
@@ -134,6 +142,12 @@ spec:
         hostPath: {path: %q, type: DirectoryOrCreate}
 `, name, clusterNS, int(deadline.Seconds()), name, dir)
 	e.kubectlIn(job, "apply", "-f", "-")
+	return func(ops ...string) loadRun { t.Helper(); return e.collectLoad(name, dir, deadline, ops) }
+}
+
+func (e *env) collectLoad(name, dir string, deadline time.Duration, ops []string) loadRun {
+	t := e.t
+	t.Helper()
 	e.waitJob(clusterNS, name, deadline)
 	r := loadRun{dir: filepath.Join(dir, "bench")}
 	r.log = e.kubectl("-n", clusterNS, "logs", "job/"+name)
@@ -155,6 +169,7 @@ spec:
 	}
 	r.rows = len(lines) - 1
 	r.whole, r.secondHalf = throughput(lines[1:])
+	r.total, r.failed = failures(lines[1:])
 	t.Logf("%s: summary.csv (%d rows), last: %s", name, r.rows, lines[len(lines)-1])
 	t.Logf("%s: in-cluster load: %.0f ops/s over the run, %.0f ops/s over its second half (steady state)", name, r.whole, r.secondHalf)
 	return r

@@ -398,6 +398,73 @@ type MaintenanceStatus struct {
 	Deferred string `json:"deferred,omitempty"`
 }
 
+// RingTransitionStatus reports a ring transition: the members named by status.members take
+// over the partitions of the list before it (From), streamed by their current owners
+// (docs/cluster.md, "Ring transitions"). Progress is read from every member's metrics.
+type RingTransitionStatus struct {
+	// From is the membership (gRPC addresses) the transition started from: setting
+	// spec.replicas back to its size takes the transition back.
+	From []string `json:"from"`
+	// FromMembers and ToMembers are the member counts before and after.
+	FromMembers int32 `json:"fromMembers"`
+	ToMembers   int32 `json:"toMembers"`
+	// StartTime is when the list was published.
+	StartTime metav1.Time `json:"startTime"`
+	// PartitionsPending is the number of partitions their current owners still have to send
+	// (levee_transition_partitions_to_send summed over the members that answered).
+	// +optional
+	PartitionsPending int32 `json:"partitionsPending,omitempty"`
+	// BytesMoved is what the members streamed in this transition so far
+	// (levee_transition_bytes_sent summed).
+	// +optional
+	BytesMoved int64 `json:"bytesMoved,omitempty"`
+	// LastProgressTime is when the operator last saw the transition advance (bytes moved,
+	// partitions sent, members switched or emptied).
+	LastProgressTime metav1.Time `json:"lastProgressTime"`
+	// Members is the progress of each member involved, staying and leaving.
+	// +optional
+	Members []MemberTransitionStatus `json:"members,omitempty"`
+}
+
+// Member states in a ring transition (status.transition.members[].state).
+const (
+	// MemberMoving: the member has the new list and still routes by the old claim.
+	MemberMoving = "Moving"
+	// MemberSwitched: the member routes by the new claim.
+	MemberSwitched = "Switched"
+	// MemberDraining: a leaving member that switched and still holds partitions or handoff data.
+	MemberDraining = "Draining"
+	// MemberEmpty: a leaving member holding nothing: its pod may be removed.
+	MemberEmpty = "Empty"
+	// MemberBehind: the member has not read the published list yet.
+	MemberBehind = "Behind"
+	// MemberUnreachable: the operator could not read the member's metrics.
+	MemberUnreachable = "Unreachable"
+)
+
+// MemberTransitionStatus is one member's part in a ring transition.
+type MemberTransitionStatus struct {
+	// Name is the member's pod name.
+	Name string `json:"name"`
+	// Leaving is true for a member the new list no longer names.
+	// +optional
+	Leaving bool `json:"leaving,omitempty"`
+	// State is Moving, Switched, Draining, Empty, Behind or Unreachable.
+	State string `json:"state"`
+	// PartitionsToSend this member still streams to their next owners.
+	// +optional
+	PartitionsToSend int32 `json:"partitionsToSend,omitempty"`
+	// BytesSent this member streamed in this transition.
+	// +optional
+	BytesSent int64 `json:"bytesSent,omitempty"`
+	// Vnodes this member still holds data for (active plus handoff).
+	// +optional
+	Vnodes int32 `json:"vnodes,omitempty"`
+	// Message explains an Unreachable member.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
 // KVClusterStatus is the observed state of a levee cluster.
 type KVClusterStatus struct {
 	// +optional
@@ -418,10 +485,21 @@ type KVClusterStatus struct {
 	// RingVersion increases every time Members changes.
 	// +optional
 	RingVersion int64 `json:"ringVersion,omitempty"`
-	// RingChangeInProgress is true while the desired membership differs from Members;
-	// scale-in is refused meanwhile.
+	// RingChangeInProgress is true while the desired membership differs from Members, or the
+	// members still move partitions for the last change (Transition), or members that left still
+	// hold data (LeavingMembers). A scale-in is refused meanwhile, except the one that takes the
+	// running transition back (replicas = transition.fromMembers).
 	// +optional
 	RingChangeInProgress bool `json:"ringChangeInProgress,omitempty"`
+	// LeavingMembers are members (gRPC addresses) the published list no longer names whose pods
+	// keep running until they report empty (every partition handed to its new owner); only then
+	// does the StatefulSet shrink.
+	// +optional
+	LeavingMembers []string `json:"leavingMembers,omitempty"`
+	// Transition reports the ring transition the last published list started (absent when none
+	// runs): the members move partitions to their new owners.
+	// +optional
+	Transition *RingTransitionStatus `json:"transition,omitempty"`
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -449,10 +527,12 @@ type KVClusterStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="KVCluster names are limited to 40 characters so that child names such as <name>-compact-0 and <name>-aae-rebuild fit Kubernetes limits"
-// Scale-in is refused while a ring change runs: either the operator reports one, or the
-// stored replicas already differ from the settled membership (a change the operator has
-// not picked up yet).
-// +kubebuilder:validation:XValidation:rule="self.spec.replicas >= oldSelf.spec.replicas || !has(oldSelf.status) || ((!has(oldSelf.status.ringChangeInProgress) || !oldSelf.status.ringChangeInProgress) && (!has(oldSelf.status.members) || size(oldSelf.status.members) == oldSelf.spec.replicas))",message="cannot scale in while a ring change is in progress (the membership in status.members has not caught up with spec.replicas yet): wait until the current membership change has finished, then lower replicas"
+// Scale-in is refused while a ring change runs (the operator reports one, or the stored
+// replicas already differ from the settled membership: a change the operator has not picked
+// up yet), except a scale-in that does not go below the published membership (taking back a
+// scale-out not published yet) and the one back to the size the running transition started
+// from (taking it back).
+// +kubebuilder:validation:XValidation:rule="self.spec.replicas >= oldSelf.spec.replicas || !has(oldSelf.status) || (has(oldSelf.status.members) && self.spec.replicas >= size(oldSelf.status.members)) || (has(oldSelf.status.transition) && self.spec.replicas == oldSelf.status.transition.fromMembers) || ((!has(oldSelf.status.ringChangeInProgress) || !oldSelf.status.ringChangeInProgress) && (!has(oldSelf.status.members) || size(oldSelf.status.members) == oldSelf.spec.replicas))",message="cannot scale in while a ring change is in progress (status.transition, status.leavingMembers): wait until it has finished, or set replicas to status.transition.fromMembers to take it back"
 type KVCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

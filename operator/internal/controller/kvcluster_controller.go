@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -51,6 +52,12 @@ type KVClusterReconciler struct {
 	APIReader client.Reader
 	// Autoscaler evaluates clusters with autoscaling enabled (nil: one with the defaults).
 	Autoscaler *Autoscaler
+	// Prober reads the members' ring reports while a transition runs (nil: MetricsProber).
+	Prober MemberProber
+	// TransitionStallAfter: see DefaultTransitionStallAfter (0: the default).
+	TransitionStallAfter time.Duration
+	// TransitionPoll is how often a running transition is looked at (0: 5 s).
+	TransitionPoll time.Duration
 }
 
 // RBAC: only the verbs the code calls. Children are written with server-side apply (patch;
@@ -105,9 +112,14 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	obs := r.applyChildren(ctx, &c, MaintenanceDeferral(scaled))
 	obs.Autoscale = scaled
+	obs.TransitionStallAfter = r.TransitionStallAfter
+	if following := append(slices.Clone(c.Status.Members), c.Status.LeavingMembers...); c.Status.Transition != nil || len(c.Status.LeavingMembers) > 0 {
+		obs.MemberReports = r.prober().Probe(ctx, following)
+	}
 	now := metav1.NewTime(r.now())
-	status := ComputeStatus(&c, obs, now)
+	status, ring := computeStatus(&c, obs, now)
 	r.explain(orig, status, obs)
+	r.explainRing(orig, status, ring)
 	recordMetrics(&c, status)
 	recordAutoscaleMetrics(&c, scaled)
 	if !equality.Semantic.DeepEqual(orig.Status, status) {
@@ -123,7 +135,15 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if obs.ApplyErr != nil {
 		return ctrl.Result{}, obs.ApplyErr
 	}
+	// A running transition changes nothing the operator watches: look again soon.
+	poll := r.TransitionPoll
+	if poll <= 0 {
+		poll = 5 * time.Second
+	}
 	if scaled == nil {
+		if status.Transition != nil || len(status.LeavingMembers) > 0 {
+			return ctrl.Result{RequeueAfter: poll}, nil
+		}
 		return ctrl.Result{}, nil
 	}
 	if scaled.ScaleTo != nil {
@@ -135,7 +155,49 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 				c.Spec.Replicas, *scaled.ScaleTo, scaled.Verdict.Reason)
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.autoscaler().every()}, nil
+	every := r.autoscaler().every()
+	if (status.Transition != nil || len(status.LeavingMembers) > 0) && poll < every {
+		every = poll
+	}
+	return ctrl.Result{RequeueAfter: every}, nil
+}
+
+func (r *KVClusterReconciler) prober() MemberProber {
+	if r.Prober == nil {
+		r.Prober = MetricsProber{}
+	}
+	return r.Prober
+}
+
+// explainRing records the Events of ring transitions: started, queued scale, stalled, completed.
+func (r *KVClusterReconciler) explainRing(c *kvv1.KVCluster, st kvv1.KVClusterStatus, ring RingPlan) {
+	if r.Recorder == nil {
+		return
+	}
+	if ring.Published && st.Transition != nil {
+		t := st.Transition
+		msg := fmt.Sprintf("published member list version %d: ring transition from %d to %d members", st.RingVersion, t.FromMembers, t.ToMembers)
+		if len(st.LeavingMembers) > 0 {
+			msg += fmt.Sprintf("; %s keep running until they have handed their partitions over", strings.Join(memberNames(st.LeavingMembers), ", "))
+		}
+		r.Recorder.Event(c, corev1.EventTypeNormal, ReasonRingTransitionStarted, msg)
+	}
+	if t := ring.Completed; t != nil {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, ReasonRingTransitionCompleted,
+			"ring transition from %d to %d members completed in %s: %d bytes moved; every member routes by list version %d",
+			t.FromMembers, t.ToMembers, ring.completedAfter(t).Round(time.Second), t.BytesMoved, c.Status.RingVersion)
+	}
+	prev := func(t string) *metav1.Condition { return meta.FindStatusCondition(c.Status.Conditions, t) }
+	if ring.Queued != "" {
+		if old := prev(kvv1.ConditionProgressing); old == nil || old.Reason != ReasonScaleQueued || old.Message != ring.Queued {
+			r.Recorder.Event(c, corev1.EventTypeNormal, ReasonScaleQueued, ring.Queued)
+		}
+	}
+	if ring.Stalled != "" {
+		if old := prev(kvv1.ConditionDegraded); old == nil || old.Reason != ReasonTransitionStalled {
+			r.Recorder.Event(c, corev1.EventTypeWarning, ReasonTransitionStalled, ring.Stalled)
+		}
+	}
 }
 
 func (r *KVClusterReconciler) autoscaler() *Autoscaler {
@@ -162,10 +224,6 @@ func (r *KVClusterReconciler) scaleTo(ctx context.Context, c *kvv1.KVCluster, n 
 func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus, obs Observed) {
 	if r.Recorder == nil {
 		return
-	}
-	if !c.Status.RingChangeInProgress && st.RingChangeInProgress {
-		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChangeStarted",
-			"membership changing from %d to %d members; scale-in is refused until it completes", len(st.Members), c.Spec.Replicas)
 	}
 	old, cur := c.Status.Maintenance, st.Maintenance
 	if old == nil {
@@ -204,9 +262,9 @@ func (r *KVClusterReconciler) explain(c *kvv1.KVCluster, st kvv1.KVClusterStatus
 		r.Recorder.Eventf(c, corev1.EventTypeWarning, "MaintenanceSkipped",
 			"Job %s was dropped: it waited behind another maintenance Job until its compaction slot was over", j)
 	}
-	if st.RingVersion != c.Status.RingVersion {
-		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingChanged",
-			"ring membership settled at %d members (ring version %d)", len(st.Members), st.RingVersion)
+	if st.RingVersion != c.Status.RingVersion && c.Status.RingVersion == 0 {
+		r.Recorder.Eventf(c, corev1.EventTypeNormal, "RingFormed",
+			"ring formed with %d members (member list version %d)", len(st.Members), st.RingVersion)
 	}
 	if obs.LegacyPrometheusRuleDeleted {
 		r.Recorder.Eventf(c, corev1.EventTypeNormal, ReasonPrometheusRuleRemoved,

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 
@@ -137,7 +138,7 @@ func BuildStatefulSet(c *kvv1.KVCluster) *appsv1.StatefulSet {
 		})
 	}
 	affinity := storageNodeAffinity(c)
-	replicas := c.Spec.Replicas
+	replicas := StatefulSetReplicas(c)
 	return &appsv1.StatefulSet{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -151,10 +152,13 @@ func BuildStatefulSet(c *kvv1.KVCluster) *appsv1.StatefulSet {
 			Selector:            &metav1.LabelSelector{MatchLabels: sel},
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
-			// Data outlives pods and scale-in: a member's volume is kept for when it returns.
+			// Data outlives the cluster's deletion (a volume is kept until its owner removes it).
+			// A scale-in removes a pod only once the member has handed every partition over and
+			// reports empty (PlanRing), so its volume holds nothing anyone needs; kept, it would
+			// bring a stale ring back when the member returns.
 			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
 				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
-				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
@@ -196,6 +200,20 @@ func BuildStatefulSet(c *kvv1.KVCluster) *appsv1.StatefulSet {
 			}},
 		},
 	}
+}
+
+// StatefulSetReplicas is the number of pods the StatefulSet runs: spec.replicas, or more while
+// members the published list no longer names (status.leavingMembers) still hold data, or while
+// status.members names more (a scale-in not published yet). Computed from the stored status,
+// so a smaller list is always recorded there before a pod goes.
+func StatefulSetReplicas(c *kvv1.KVCluster) int32 {
+	n := c.Spec.Replicas
+	for _, a := range append(slices.Clone(c.Status.Members), c.Status.LeavingMembers...) {
+		if i, ok := ordinalOf(a); ok && int32(i)+1 > n {
+			n = int32(i) + 1
+		}
+	}
+	return n
 }
 
 func storageSize(c *kvv1.KVCluster) resource.Quantity {

@@ -2,7 +2,7 @@ package controller
 
 import (
 	"fmt"
-	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -39,6 +39,10 @@ type Observed struct {
 	Autoscale *AutoscaleOutcome
 	// MaintenanceDeferred says why queued maintenance Jobs were held back ("" when not).
 	MaintenanceDeferred string
+	// MemberReports are the members' ring reports (nil: not read, no transition runs).
+	MemberReports map[string]MemberReport
+	// TransitionStallAfter: see DefaultTransitionStallAfter (0: the default).
+	TransitionStallAfter time.Duration
 }
 
 // Condition reasons.
@@ -82,17 +86,25 @@ func MemberListInvalidMessage(err error) string {
 }
 
 // rolloutApplied: the StatefulSet controller has observed the latest spec and runs
-// the desired number of up-to-date pods (ready or not).
+// the number of up-to-date pods the operator asked for (ready or not).
 func rolloutApplied(c *kvv1.KVCluster, sts *appsv1.StatefulSet) bool {
+	n := StatefulSetReplicas(c)
 	return sts != nil && sts.Status.ObservedGeneration >= sts.Generation &&
-		sts.Status.Replicas == c.Spec.Replicas && sts.Status.UpdatedReplicas == c.Spec.Replicas
+		sts.Status.Replicas == n && sts.Status.UpdatedReplicas == n
 }
 
 // ComputeStatus derives the new status from the current one and what the reconcile observed.
-// Membership: status.members is the settled ring. It is set when the cluster first
-// has all members ready; afterwards a different desired member list is a ring
-// change in progress until the StatefulSet has rolled out and every member is ready.
+// Membership (status.members, ringVersion, leavingMembers, transition) is PlanRing's: the ring
+// forms when every member is first ready; a scale-out publishes the bigger list once the new
+// pods are ready, a scale-in publishes the smaller list at once and keeps the leaving pods until
+// they report empty.
 func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClusterStatus {
+	st, _ := computeStatus(c, obs, now)
+	return st
+}
+
+// computeStatus is ComputeStatus, with the ring plan it made (for the Events).
+func computeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) (kvv1.KVClusterStatus, RingPlan) {
 	st := *c.Status.DeepCopy()
 	spec := c.Spec
 	st.ObservedGeneration = c.Generation
@@ -103,21 +115,19 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 		st.ReadyReplicas = sts.Status.ReadyReplicas
 	}
 	applied := rolloutApplied(c, obs.StatefulSet)
-	settled := applied && st.ReadyReplicas == spec.Replicas
+	wantPods := StatefulSetReplicas(c)
 
-	desired := MemberAddresses(c, spec.Replicas)
-	forming := len(st.Members) == 0
-	switch {
-	case forming && settled:
-		st.Members, st.RingVersion, st.RingChangeInProgress = desired, st.RingVersion+1, false
-		forming = false
-	case forming:
-		st.RingChangeInProgress = false
-	case !slices.Equal(st.Members, desired) && settled:
-		st.Members, st.RingVersion, st.RingChangeInProgress = desired, st.RingVersion+1, false
-	default:
-		st.RingChangeInProgress = !slices.Equal(st.Members, desired)
-	}
+	ring := PlanRing(RingInput{
+		Status:     c.Status,
+		Desired:    MemberAddresses(c, spec.Replicas),
+		PodsReady:  applied && st.ReadyReplicas == wantPods,
+		Reports:    obs.MemberReports,
+		Now:        now,
+		StallAfter: obs.TransitionStallAfter,
+	})
+	st.Members, st.RingVersion, st.LeavingMembers, st.Transition = ring.Members, ring.RingVersion, ring.Leaving, ring.Transition
+	st.RingChangeInProgress = ring.InProgress
+	forming := ring.Forming
 
 	set := func(t string, ok bool, reason, msg string) {
 		s := metav1.ConditionFalse
@@ -140,9 +150,11 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	switch {
 	case forming:
 		set(kvv1.ConditionProgressing, true, ReasonForming, "waiting for all members to be ready for the first time: "+readyMsg)
+	case st.RingChangeInProgress && ring.Reason != "":
+		set(kvv1.ConditionProgressing, true, ring.Reason, ring.Message)
 	case st.RingChangeInProgress:
 		set(kvv1.ConditionProgressing, true, ReasonRingChange,
-			fmt.Sprintf("ring membership changing from %d to %d members; scale-in is refused until it completes", len(st.Members), spec.Replicas))
+			fmt.Sprintf("ring membership changing from %d to %d members", len(st.Members), spec.Replicas))
 	case !applied:
 		set(kvv1.ConditionProgressing, true, ReasonRollingOut, "StatefulSet rollout in progress")
 	default:
@@ -157,7 +169,10 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	case obs.MembersErr != nil:
 		degraded = true
 		set(kvv1.ConditionDegraded, true, ReasonMemberListInvalid, MemberListInvalidMessage(obs.MembersErr))
-	case applied && !forming && !st.RingChangeInProgress && st.ReadyReplicas < spec.Replicas:
+	case ring.Stalled != "":
+		degraded = true
+		set(kvv1.ConditionDegraded, true, ReasonTransitionStalled, ring.Stalled)
+	case applied && !forming && !st.RingChangeInProgress && st.ReadyReplicas < wantPods:
 		degraded = true
 		set(kvv1.ConditionDegraded, true, ReasonMembersNotReady, readyMsg)
 	default:
@@ -249,7 +264,7 @@ func ComputeStatus(c *kvv1.KVCluster, obs Observed, now metav1.Time) kvv1.KVClus
 	case st.Maintenance != nil:
 		st.Maintenance.Deferred = ""
 	}
-	return st
+	return st, ring
 }
 
 // AutoscalerStatus is status.autoscaler for an evaluation.

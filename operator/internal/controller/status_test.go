@@ -32,6 +32,7 @@ func TestComputeStatus(t *testing.T) {
 		members     int
 		ringVersion int64
 		ringChange  bool
+		leaving     int
 		conds       conds
 		noTLS       bool
 	}{
@@ -49,10 +50,30 @@ func TestComputeStatus(t *testing.T) {
 			conds: conds{"Available": "False/MembersNotReady", "Degraded": "True/MembersNotReady"}},
 		{name: "scale out in progress", mutate: func(c *kvv1.KVCluster) { c.Spec.Replicas = 5; c.Status.Members, c.Status.RingVersion = three, 1 },
 			obs: Observed{StatefulSet: sts(2, 2, 5, 5, 3)}, phase: kvv1.PhaseScaling, members: 3, ringVersion: 1, ringChange: true,
-			conds: conds{"Progressing": "True/RingChange", "Degraded": "False/AsExpected", "Available": "False/MembersNotReady"}},
-		{name: "scale out settled", mutate: func(c *kvv1.KVCluster) { c.Spec.Replicas = 5; c.Status.Members, c.Status.RingVersion = three, 1 },
-			obs: Observed{StatefulSet: sts(2, 2, 5, 5, 5)}, phase: kvv1.PhaseRunning, members: 5, ringVersion: 2,
-			conds: conds{"Progressing": "False/RolloutComplete", "Available": "True/MembersReady"}},
+			conds: conds{"Progressing": "True/WaitingForPods", "Degraded": "False/AsExpected", "Available": "False/MembersNotReady"}},
+		{name: "scale out published once the pods are ready", mutate: func(c *kvv1.KVCluster) { c.Spec.Replicas = 5; c.Status.Members, c.Status.RingVersion = three, 1 },
+			obs: Observed{StatefulSet: sts(2, 2, 5, 5, 5)}, phase: kvv1.PhaseScaling, members: 5, ringVersion: 2, ringChange: true,
+			conds: conds{"Progressing": "True/RingTransition", "Available": "True/MembersReady", "Degraded": "False/AsExpected"}},
+		{name: "scale out complete when every member switched", mutate: func(c *kvv1.KVCluster) {
+			c.Spec.Replicas = 5
+			c.Status.Members, c.Status.RingVersion = MemberAddresses(c, 5), 2
+			c.Status.Transition = &kvv1.RingTransitionStatus{From: three, FromMembers: 3, ToMembers: 5, StartTime: now, LastProgressTime: now}
+		}, obs: Observed{StatefulSet: sts(2, 2, 5, 5, 5), MemberReports: reportsFor(MemberAddresses(cluster(nil), 5), MemberReport{ListVersion: 2, RoutingVersion: 2, VnodesActive: 3})},
+			phase: kvv1.PhaseRunning, members: 5, ringVersion: 2,
+			conds: conds{"Progressing": "False/RolloutComplete", "Available": "True/MembersReady", "Degraded": "False/AsExpected"}},
+		{name: "scale in publishes the smaller list; the StatefulSet keeps the leaving pods", mutate: func(c *kvv1.KVCluster) {
+			c.Spec.Replicas = 3
+			c.Status.Members, c.Status.RingVersion = MemberAddresses(c, 5), 2
+		}, obs: Observed{StatefulSet: sts(2, 2, 5, 5, 5)}, phase: kvv1.PhaseScaling, members: 3, ringVersion: 3, ringChange: true, leaving: 2,
+			conds: conds{"Progressing": "True/RingTransition", "Available": "True/MembersReady", "Degraded": "False/AsExpected"}},
+		{name: "a transition without progress is Degraded", mutate: func(c *kvv1.KVCluster) {
+			c.Spec.Replicas = 3
+			c.Status.Members, c.Status.RingVersion, c.Status.LeavingMembers = three, 3, MemberAddresses(c, 5)[3:]
+			long := metav1.NewTime(now.Add(-time.Hour))
+			c.Status.Transition = &kvv1.RingTransitionStatus{From: MemberAddresses(c, 5), FromMembers: 5, ToMembers: 3, StartTime: long, LastProgressTime: long,
+				Members: memberStates(three, MemberAddresses(c, 5)[3:], nil, 3)}
+		}, obs: Observed{StatefulSet: sts(2, 2, 5, 5, 4)}, phase: kvv1.PhaseDegraded, members: 3, ringVersion: 3, ringChange: true, leaving: 2,
+			conds: conds{"Progressing": "True/RingTransition", "Degraded": "True/TransitionStalled"}},
 		{name: "StatefulSet not yet observed new spec", mutate: func(c *kvv1.KVCluster) { c.Status.Members, c.Status.RingVersion = three, 1 },
 			obs: Observed{StatefulSet: sts(3, 2, 3, 1, 3)}, phase: kvv1.PhaseUpdating, members: 3, ringVersion: 1,
 			conds: conds{"Progressing": "True/RollingOut", "Degraded": "False/AsExpected"}},
@@ -88,9 +109,10 @@ func TestComputeStatus(t *testing.T) {
 			c := cluster(tc.mutate)
 			c.Generation = 7
 			st := ComputeStatus(c, tc.obs, now)
-			if st.Phase != tc.phase || len(st.Members) != tc.members || st.RingVersion != tc.ringVersion || st.RingChangeInProgress != tc.ringChange {
-				t.Errorf("phase %s members %d ring v%d change %v; want %s %d v%d %v",
-					st.Phase, len(st.Members), st.RingVersion, st.RingChangeInProgress, tc.phase, tc.members, tc.ringVersion, tc.ringChange)
+			if st.Phase != tc.phase || len(st.Members) != tc.members || st.RingVersion != tc.ringVersion || st.RingChangeInProgress != tc.ringChange ||
+				len(st.LeavingMembers) != tc.leaving {
+				t.Errorf("phase %s members %d ring v%d change %v leaving %d; want %s %d v%d %v %d",
+					st.Phase, len(st.Members), st.RingVersion, st.RingChangeInProgress, len(st.LeavingMembers), tc.phase, tc.members, tc.ringVersion, tc.ringChange, tc.leaving)
 			}
 			if st.ObservedGeneration != 7 || st.Selector != Selector(c) {
 				t.Errorf("observedGeneration %d selector %q", st.ObservedGeneration, st.Selector)
@@ -198,4 +220,12 @@ func TestMaintenanceStatusKeepsTheLastReport(t *testing.T) {
 	if c.Status.Maintenance.AAERebuild != nil {
 		t.Errorf("ComputeStatus modified its input")
 	}
+}
+
+func reportsFor(addrs []string, r MemberReport) map[string]MemberReport {
+	out := map[string]MemberReport{}
+	for _, a := range addrs {
+		out[a] = r
+	}
+	return out
 }

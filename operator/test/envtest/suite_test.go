@@ -131,6 +131,7 @@ func run(m *testing.M) int {
 	if err := (&controller.KVClusterReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Discovery: disc, Recorder: mgr.GetEventRecorderFor("levee-operator"),
 		Autoscaler: fastAutoscaler(),
+		Prober:     members, TransitionPoll: 300 * time.Millisecond, TransitionStallAfter: stallAfter,
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1

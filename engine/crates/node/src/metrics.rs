@@ -7,7 +7,7 @@ use std::sync::Arc;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::vnodes::Vnodes;
@@ -27,6 +27,10 @@ pub struct Metrics {
     pub transitions_completed: IntCounter,
     /// Writes to a moving vnode whose forward to the next owner failed (a catch-up sends them).
     pub transition_forwards_failed: IntCounter,
+    /// Partitions this node still has to send in the ring transition under way (0: none runs).
+    pub transition_partitions_to_send: IntGauge,
+    /// Bytes this node streamed to next owners in the transition to its newest list.
+    pub transition_bytes_sent: IntGauge,
     /// Replicas of deleted keys dropped once every primary held the tombstones long enough.
     pub reaped: IntCounter,
     /// Bytes of objects sent to their partition's owner (hinted handoff, ring transitions).
@@ -104,6 +108,22 @@ impl Metrics {
         registry
             .register(Box::new(transition_forwards_failed.clone()))
             .unwrap();
+        let transition_partitions_to_send = IntGauge::new(
+            "levee_transition_partitions_to_send",
+            "Partitions this node still has to send to their next owners in the ring transition under way (0: none runs)",
+        )
+        .unwrap();
+        registry
+            .register(Box::new(transition_partitions_to_send.clone()))
+            .unwrap();
+        let transition_bytes_sent = IntGauge::new(
+            "levee_transition_bytes_sent",
+            "Bytes this node streamed to next owners in the ring transition to its newest member list",
+        )
+        .unwrap();
+        registry
+            .register(Box::new(transition_bytes_sent.clone()))
+            .unwrap();
         registry.register(Box::new(hints.clone())).unwrap();
         let reaped = IntCounter::new(
             "levee_tombstones_reaped_total",
@@ -174,6 +194,8 @@ impl Metrics {
             handoff_objects,
             transitions_completed,
             transition_forwards_failed,
+            transition_partitions_to_send,
+            transition_bytes_sent,
             reaped,
             handoff_bytes,
             vnodes: vnode_gauge,
@@ -401,6 +423,12 @@ impl Collector for EngineCollector {
                 "Version of the member list this node uses (0: provisional, alone)",
                 GAUGE,
                 one(view.list.version() as f64),
+            ),
+            family(
+                "levee_ring_routing_list_version",
+                "Version of the member list the routing claim was made for (below levee_member_list_version while a ring transition runs)",
+                GAUGE,
+                one(view.routing_list.version() as f64),
             ),
             family(
                 "levee_data_filesystem_size_bytes",

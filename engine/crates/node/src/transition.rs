@@ -41,6 +41,7 @@ use tonic::Status;
 use crate::config::NodeConfig;
 use crate::coordinator::Coordinator;
 use crate::membership::{self, ClusterView, MEMBERS_FILE};
+use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::replica::Forward;
 
@@ -214,6 +215,7 @@ impl Transitions {
                 .filter_map(|p| view.next_owner(p).map(|to| (p, to.to_string())))
                 .collect(),
         };
+        self.report(&view);
         // Where each vnode's writes are forwarded. Members switch to the target within a poll or
         // two of each other, and meanwhile a write may be coordinated by the old claim and read
         // by the new one, or the other way round: so a moving vnode's writes reach both owners
@@ -288,6 +290,18 @@ impl Transitions {
             c.metrics.transitions_completed.inc();
         }
         Ok(())
+    }
+
+    /// The transition gauges, at every step (see [`publish`]).
+    fn report(&self, view: &ClusterView) {
+        let p = self.progress.lock();
+        let current = p.version == view.list.version();
+        publish(
+            &self.coordinator.metrics,
+            &p,
+            current,
+            view.target.is_some(),
+        );
     }
 
     /// Progress for the transition to `view`'s list: what was sent to the same next owner is
@@ -415,6 +429,7 @@ impl Transitions {
                         save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
                         saved = Instant::now();
                     }
+                    publish(&c.metrics, &p, true, true);
                 }
                 if self.max_bytes_per_sec > 0 {
                     let due =
@@ -547,6 +562,24 @@ impl Transitions {
             });
         }
     }
+}
+
+/// The transition gauges from `p`: partitions still to send (0 when no transition runs, or `p`
+/// is for another list) and bytes streamed for the newest list (`current`: `p` is for it).
+/// Set at every step and after every batch (a partition streams within one step).
+fn publish(m: &Metrics, p: &Progress, current: bool, running: bool) {
+    let to_send = if current && running {
+        p.partitions.values().filter(|t| !t.sent).count()
+    } else {
+        0
+    };
+    let bytes: u64 = if current {
+        p.partitions.values().map(|t| t.bytes).sum()
+    } else {
+        0
+    };
+    m.transition_partitions_to_send.set(to_send as i64);
+    m.transition_bytes_sent.set(bytes as i64);
 }
 
 /// An object to send: its place, the object, and its size.

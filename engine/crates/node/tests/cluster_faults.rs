@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{replicas, run, Down};
 use common::history::{self, History, ReadOutcome, WriteOutcome};
-use common::load::{client, final_reads, key, lazy, metric, quorum, sibling_values, Load};
+use common::load::{final_reads, key, lazy, metric, quorum, sibling_values, spawn_clients, Load};
 use levee_proto::v1 as pb;
 
 const LOAD: Load = Load { keys: 40, pad: 0 };
@@ -24,7 +24,7 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
-    let up = run(&["up", &d, "3", "--ring-size", "16", "--n-val", "3"]);
+    let up = common::cluster::up3(&d, &[]);
     let nodes: Vec<Vec<String>> = up
         .lines()
         .map(|l| l.split_whitespace().map(String::from).collect())
@@ -35,18 +35,14 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
 
     let h = History::new();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| {
-            tokio::spawn(client(
-                c,
-                LOAD,
-                addrs.clone(),
-                h.clone(),
-                stop.clone(),
-                Arc::new(AtomicU64::new(0)),
-            ))
-        })
-        .collect();
+    let clients = spawn_clients(
+        CLIENTS,
+        LOAD,
+        &addrs,
+        &h,
+        &stop,
+        &Arc::new(AtomicU64::new(0)),
+    );
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let killed_at = h.now();
@@ -189,7 +185,7 @@ async fn a_partition_gives_siblings_or_the_later_write_never_silent_loss() {
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
-    let up = run(&["up", &d, "3", "--ring-size", "16", "--n-val", "3"]);
+    let up = common::cluster::up3(&d, &[]);
     let nodes: Vec<(String, std::net::SocketAddr)> = up
         .lines()
         .map(|l| {

@@ -91,20 +91,18 @@ pub async fn converged(addrs: &[(String, String)], key: &str) -> SiblingSet {
     }
 }
 
+/// `up` three nodes in `dir` with ring 16 and n_val 3, and `extra` options: the script's output
+/// (a line per node: name, gRPC address, metrics address).
+pub fn up3(dir: &str, extra: &[&str]) -> String {
+    let mut args = vec!["up", dir, "3", "--ring-size", "16", "--n-val", "3"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// `up` three nodes (ring 16, n_val 3, tombstones reapable after 1 s) in `dir`: (name, gRPC
 /// address) of each.
 pub fn up(dir: &std::path::Path) -> Vec<(String, String)> {
-    let out = run(&[
-        "up",
-        dir.to_str().unwrap(),
-        "3",
-        "--ring-size",
-        "16",
-        "--n-val",
-        "3",
-        "--delete-delay-secs",
-        "1",
-    ]);
+    let out = up3(dir.to_str().unwrap(), &["--delete-delay-secs", "1"]);
     out.lines()
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();

@@ -59,6 +59,29 @@ pub fn sibling_values(g: &pb::GetResponse) -> Vec<String> {
         .collect()
 }
 
+/// `n` clients of the load (see [`client`]), spawned.
+pub fn spawn_clients(
+    n: usize,
+    load: Load,
+    addrs: &[String],
+    h: &History,
+    stop: &Arc<AtomicBool>,
+    acked: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|c| {
+            tokio::spawn(client(
+                c,
+                load,
+                addrs.to_vec(),
+                h.clone(),
+                stop.clone(),
+                acked.clone(),
+            ))
+        })
+        .collect()
+}
+
 /// Client `c` of the load, through `addrs` (starting at `c % len`, moving to the next address
 /// when its node cannot be reached), until `stop`. Acknowledged writes are counted in `acked`.
 pub async fn client(

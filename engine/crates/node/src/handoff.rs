@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use levee_cluster::{decode_contents, decode_siblings, Object, Role, SiblingSet, Target};
+use levee_cluster::{Object, Role, SiblingSet, Target};
 use levee_store::{FoldOrder, FoldedObject, SnapshotKind};
 use parking_lot::Mutex;
 use tonic::Status;
@@ -237,15 +237,9 @@ fn next_batch(
             return Ok((batch, None));
         };
         let o = o.map_err(crate::errors::to_status)?;
-        let damaged = |e: String| {
-            Status::data_loss(format!(
-                "handoff: p{partition}: an object is not a replica object: {e}"
-            ))
-        };
-        let set = decode_siblings(&o.object.metadata).map_err(|e| damaged(e.to_string()))?;
-        let contents = decode_contents(&o.object.value).map_err(|e| damaged(e.to_string()))?;
+        let object = crate::replica::stored_object_of(&o.object, "handoff", partition)?;
+        let set = object.siblings.clone();
         let bytes = (o.object.value.len() + o.object.metadata.len()) as u64;
-        let object = Object::new(set.clone(), contents).map_err(|e| damaged(e.to_string()))?;
         batch.push(Item {
             bucket: o.bucket,
             key: o.key,

@@ -553,6 +553,23 @@ pub(crate) fn policy(p: i32) -> ConflictPolicy {
     }
 }
 
+/// A vnode's stored object (from a fold) as a replica object; DATA_LOSS naming `what` and the
+/// partition when it is not one. Handoff and ring transitions read vnodes this way.
+pub(crate) fn stored_object_of(
+    o: &levee_store::Object,
+    what: &str,
+    partition: u32,
+) -> Result<Object, Status> {
+    let damaged = |e: String| {
+        Status::data_loss(format!(
+            "{what}: p{partition}: an object is not a replica object: {e}"
+        ))
+    };
+    let set = decode_siblings(&o.metadata).map_err(|e| damaged(e.to_string()))?;
+    let contents = decode_contents(&o.value).map_err(|e| damaged(e.to_string()))?;
+    Object::new(set, contents).map_err(|e| damaged(e.to_string()))
+}
+
 pub(crate) fn object_of(siblings: &[u8], contents: &[u8]) -> Result<Object, Status> {
     let set = decode_siblings(siblings)
         .map_err(|e| Status::invalid_argument(format!("siblings: {e}")))?;

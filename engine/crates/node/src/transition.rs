@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use levee_cluster::{decode_contents, decode_siblings, Member, MemberList, Object, Role, Target};
+use levee_cluster::{Member, MemberList, Object, Role, Target};
 use levee_proto::v1 as pb;
 use levee_store::{FoldedObject, SnapshotKind};
 use parking_lot::Mutex;
@@ -612,15 +612,8 @@ fn next_batch(
         if newer_than.is_some_and(|s| o.object.sqn <= s) {
             continue;
         }
-        let damaged = |e: String| {
-            Status::data_loss(format!(
-                "transition: p{partition}: an object is not a replica object: {e}"
-            ))
-        };
-        let set = decode_siblings(&o.object.metadata).map_err(|e| damaged(e.to_string()))?;
-        let contents = decode_contents(&o.object.value).map_err(|e| damaged(e.to_string()))?;
+        let object = crate::replica::stored_object_of(&o.object, "transition", partition)?;
         let bytes = (o.object.value.len() + o.object.metadata.len()) as u64;
-        let object = Object::new(set, contents).map_err(|e| damaged(e.to_string()))?;
         bytes_in += bytes;
         batch.push(Item {
             bucket: o.bucket,

@@ -229,7 +229,10 @@ func memberStates(members, leaving []string, reports map[string]MemberReport, ve
 		case r.Err != nil:
 			m.State, m.Message = kvv1.MemberUnreachable, r.Err.Error()
 		default:
-			m.PartitionsToSend, m.BytesSent, m.Vnodes = r.PartitionsToSend, r.BytesSent, r.VnodesActive+r.VnodesHandoff
+			m.Vnodes = r.VnodesActive + r.VnodesHandoff
+			if r.ListVersion >= version { // a member behind reports the transition before
+				m.PartitionsToSend, m.BytesSent = r.PartitionsToSend, r.BytesSent
+			}
 			switch {
 			case r.ListVersion < version:
 				m.State = kvv1.MemberBehind

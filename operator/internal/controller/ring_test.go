@@ -83,7 +83,7 @@ func TestPlanRing(t *testing.T) {
 		{"scale-in waits while a pod is not ready", RingInput{Status: kvv1.KVClusterStatus{Members: ringAddrs(5), RingVersion: 4}, Desired: ringAddrs(3)},
 			want{members: 5, version: 4, inProgress: true, reason: ReasonWaitingForPods, msg: "could not hand its partitions over"}},
 		{"transition: members behind and moving", RingInput{Status: inTransition(3, 5, 5, ringT0), Desired: ringAddrs(5), Now: at(time.Minute),
-			Reports: map[string]MemberReport{ringAddr(0): moving(5, 3, 1000), ringAddr(1): moving(5, 2, 500), ringAddr(2): {ListVersion: 4, RoutingVersion: 4},
+			Reports: map[string]MemberReport{ringAddr(0): moving(5, 3, 1000), ringAddr(1): moving(5, 2, 500), ringAddr(2): {ListVersion: 4, RoutingVersion: 4, BytesSent: 9999, PartitionsToSend: 7},
 				ringAddr(3): moving(5, 0, 0), ringAddr(4): moving(5, 0, 0)}},
 			want{members: 5, version: 5, transition: true, from: 3, inProgress: true, reason: ReasonRingTransition, msg: "5 partitions to send, 1500 bytes moved; waiting on kv-0 Moving, kv-1 Moving, kv-2 Behind"}},
 		{"transition: an unreachable member is waited for, with why", RingInput{Status: inTransition(3, 5, 5, ringT0), Desired: ringAddrs(5), Now: at(time.Minute),

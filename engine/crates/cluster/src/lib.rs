@@ -64,5 +64,6 @@ pub use ring::preflist::{
     hint_holders, preflist_of_key, primary_preflist, targets, targets_n, Replica, Role, Target,
     Targets,
 };
+pub use ring::rebuild::{held_partitions, owned_vnodes, rebuild_sources};
 pub use ring::ring_file::{ensure_ring_size, RingFileError, RingSizeCheck};
 pub use ring::{Partition, RingError, RingParams, RingSize};

@@ -15,6 +15,8 @@ mod maintenance;
 mod membership;
 mod metrics;
 mod peers;
+mod progress_file;
+mod rebuild;
 mod replica;
 mod ring;
 mod server;

@@ -31,6 +31,11 @@ pub struct Metrics {
     pub transition_partitions_to_send: IntGauge,
     /// Bytes this node streamed to next owners in the transition to its newest list.
     pub transition_bytes_sent: IntGauge,
+    /// Vnodes rebuilding from the other replicas after this member lost its data.
+    pub rebuild_partitions_pending: IntGauge,
+    /// Objects and bytes pulled from other replicas to rebuild vnodes.
+    pub rebuild_objects: IntCounter,
+    pub rebuild_bytes: IntCounter,
     /// Replicas of deleted keys dropped once every primary held the tombstones long enough.
     pub reaped: IntCounter,
     /// Bytes of objects sent to their partition's owner (hinted handoff, ring transitions).
@@ -124,6 +129,27 @@ impl Metrics {
         registry
             .register(Box::new(transition_bytes_sent.clone()))
             .unwrap();
+        let rebuild_partitions_pending = IntGauge::new(
+            "levee_rebuild_partitions_pending",
+            "Vnodes rebuilding from the other replicas after this member lost its data (they answer no reads meanwhile)",
+        )
+        .unwrap();
+        let rebuild_objects = IntCounter::new(
+            "levee_rebuild_objects_total",
+            "Objects pulled from other replicas to rebuild this member's vnodes",
+        )
+        .unwrap();
+        let rebuild_bytes = IntCounter::new(
+            "levee_rebuild_bytes_total",
+            "Bytes of objects pulled from other replicas to rebuild this member's vnodes",
+        )
+        .unwrap();
+        for c in [rebuild_objects.clone(), rebuild_bytes.clone()] {
+            registry.register(Box::new(c)).unwrap();
+        }
+        registry
+            .register(Box::new(rebuild_partitions_pending.clone()))
+            .unwrap();
         registry.register(Box::new(hints.clone())).unwrap();
         let reaped = IntCounter::new(
             "levee_tombstones_reaped_total",
@@ -196,6 +222,9 @@ impl Metrics {
             transition_forwards_failed,
             transition_partitions_to_send,
             transition_bytes_sent,
+            rebuild_partitions_pending,
+            rebuild_objects,
+            rebuild_bytes,
             reaped,
             handoff_bytes,
             vnodes: vnode_gauge,

@@ -12,6 +12,7 @@
 //! on the blocking pool once its vnode admitted it ([`Replicas::call`], `admission.rs`), so a
 //! vnode's queue is bounded whoever sends the work.
 
+use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +25,7 @@ use levee_cluster::causality::{
 };
 use levee_cluster::object::{self, decode_contents, merge_needs_local_contents, Content, Object};
 use levee_proto::v1 as pb;
-use levee_store::{IndexChange, Store};
+use levee_store::{IndexChange, SnapshotKind, Store};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
@@ -49,6 +50,9 @@ pub struct Replicas {
     /// Per vnode: a forward was lost (queue full, or the next owner refused it) since it was
     /// last looked at.
     pub forward_lost: Vec<AtomicBool>,
+    /// Per vnode: rebuilding after this member lost its data (`rebuild.rs`): it takes writes and
+    /// answers no reads.
+    pub rebuilding: Vec<AtomicBool>,
     forward_tx: OnceLock<tokio::sync::mpsc::Sender<Forward>>,
 }
 
@@ -114,6 +118,7 @@ impl Replicas {
             default_deadline,
             forwarding: (0..n).map(|_| AtomicBool::new(false)).collect(),
             forward_lost: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            rebuilding: (0..n).map(|_| AtomicBool::new(false)).collect(),
             forward_tx: OnceLock::new(),
         })
     }
@@ -173,6 +178,11 @@ impl Replicas {
         Ok(s)
     }
 
+    /// Partitions in this node's ring.
+    pub fn ring_size(&self) -> u32 {
+        self.vnodes.stores.len() as u32
+    }
+
     /// Requests waiting for `partition`'s vnode (0 for a partition not in the ring).
     pub fn queue_len(&self, partition: u32) -> u32 {
         if (partition as usize) < self.vnodes.stores.len() {
@@ -216,6 +226,68 @@ impl Replicas {
     fn lock(&self, partition: u32, bucket: &[u8], key: &[u8]) -> &Mutex<()> {
         let h = crc32c::crc32c_append(crc32c::crc32c(bucket), key) as usize;
         &self.locks[partition as usize][h % STRIPES]
+    }
+
+    /// UNAVAILABLE while vnode `partition` rebuilds (its data is not complete): a read goes to the
+    /// other replicas.
+    pub fn readable(&self, partition: u32) -> Result<(), Status> {
+        if self
+            .rebuilding
+            .get(partition as usize)
+            .is_some_and(|r| r.load(Ordering::SeqCst))
+        {
+            return Err(Status::unavailable(format!(
+                "p{partition} on this member is rebuilding from the other replicas after its data was lost; read another replica"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A batch of vnode `partition`'s objects whose keys belong to `key_partitions`, after
+    /// `after` in key order (at most `max_objects` objects and about `max_bytes`; the scan stops
+    /// after `16 × max_objects` keys), for a member rebuilding (`FoldObjects`).
+    pub fn fold_objects(
+        &self,
+        partition: u32,
+        key_partitions: &BTreeSet<u32>,
+        after: Option<(Vec<u8>, Vec<u8>)>,
+        max_objects: usize,
+        max_bytes: u64,
+    ) -> Result<pb::FoldObjectsResponse, Status> {
+        let store = self.store(partition)?;
+        let ring = self.vnodes.stores.len() as u32;
+        let snap = store.snapshot(SnapshotKind::Fold).map_err(to_status)?;
+        let fold = snap
+            .fold_objects_after(after.as_ref().map(|(b, k)| (b.as_slice(), k.as_slice())))
+            .map_err(to_status)?;
+        let mut out = pb::FoldObjectsResponse::default();
+        let (mut bytes, mut scanned) = (0u64, 0usize);
+        for o in fold {
+            let o = o.map_err(to_status)?;
+            scanned += 1;
+            out.last = Some(pb::ObjectKey {
+                bucket: o.bucket.clone(),
+                key: o.key.clone(),
+            });
+            if key_partitions.contains(&crate::ring::partition_of(&o.bucket, &o.key, ring)) {
+                let object = stored_object_of(&o.object, "rebuild source", partition)?;
+                let siblings = encode_siblings(&object.siblings);
+                let contents = object.encode_contents();
+                bytes += (siblings.len() + contents.len()) as u64;
+                out.objects.push(pb::FoldedObject {
+                    bucket: o.bucket,
+                    key: o.key,
+                    siblings,
+                    contents,
+                });
+            }
+            if out.objects.len() >= max_objects || bytes >= max_bytes || scanned >= 16 * max_objects
+            {
+                return Ok(out);
+            }
+        }
+        out.done = true;
+        Ok(out)
     }
 
     /// The replica's sibling set (ledger only).
@@ -671,6 +743,7 @@ impl pb::node_server::Node for NodeService {
     ) -> Result<Response<pb::HeadReplicaResponse>, Status> {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let k = req.into_inner();
+        self.replicas.readable(k.partition)?;
         let queue_len = self.replicas.queue_len(k.partition);
         let (set, sqn) = self
             .replicas
@@ -687,6 +760,7 @@ impl pb::node_server::Node for NodeService {
     ) -> Result<Response<pb::ReplicaObject>, Status> {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let k = req.into_inner();
+        self.replicas.readable(k.partition)?;
         let s = self
             .replicas
             .call(k.partition, deadline, move |r| {
@@ -735,6 +809,7 @@ impl pb::node_server::Node for NodeService {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let q = req.into_inner();
         let limit = page_limit(q.limit);
+        self.replicas.readable(q.partition)?;
         let (keys, last) = self
             .replicas
             .call(q.partition, deadline, move |r| {
@@ -755,6 +830,7 @@ impl pb::node_server::Node for NodeService {
         let q = req.into_inner();
         let (query, after) = index_page_query(&q)?;
         let limit = page_limit(q.limit);
+        self.replicas.readable(q.partition)?;
         let (results, last) = self
             .replicas
             .call(q.partition, deadline, move |r| {
@@ -797,6 +873,7 @@ impl pb::node_server::Node for NodeService {
     ) -> Result<Response<pb::AaeTreeResponse>, Status> {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let p = req.into_inner().partition;
+        self.replicas.readable(p)?;
         let t = self
             .replicas
             .call(p, deadline, move |r| {
@@ -813,6 +890,7 @@ impl pb::node_server::Node for NodeService {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let q = req.into_inner();
         let p = q.partition;
+        self.replicas.readable(p)?;
         let keys = self
             .replicas
             .call(p, deadline, move |r| {
@@ -829,6 +907,62 @@ impl pb::node_server::Node for NodeService {
         _: Request<pb::RingStateRequest>,
     ) -> Result<Response<pb::RingStateResponse>, Status> {
         Ok(Response::new(self.transitions.ring_state()))
+    }
+
+    async fn fold_objects(
+        &self,
+        req: Request<pb::FoldObjectsRequest>,
+    ) -> Result<Response<pb::FoldObjectsResponse>, Status> {
+        let deadline = deadline_of(&req, self.replicas.default_deadline);
+        let q = req.into_inner();
+        let ring = self.replicas.ring_size();
+        if q.partition >= ring {
+            return Err(Status::invalid_argument(format!(
+                "partition {} is not in this node's ring of {ring}",
+                q.partition
+            )));
+        }
+        if q.key_partitions.is_empty() {
+            return Err(Status::invalid_argument(
+                "key_partitions is empty: name the partitions whose keys to fold",
+            ));
+        }
+        if let Some(bad) = q.key_partitions.iter().find(|p| **p >= ring) {
+            return Err(Status::invalid_argument(format!(
+                "key partition {bad} is not in this node's ring of {ring}"
+            )));
+        }
+        if q.max_objects > 1024 || q.max_bytes > 16 << 20 {
+            return Err(Status::invalid_argument(
+                "at most 1024 objects and 16 MiB per FoldObjects call",
+            ));
+        }
+        if self.replicas.readable(q.partition).is_err() {
+            return Err(Status::failed_precondition(format!(
+                "p{} on this member is rebuilding itself: it has no complete copy to give",
+                q.partition
+            )));
+        }
+        let set: BTreeSet<u32> = q.key_partitions.into_iter().collect();
+        let after = q.after.map(|a| (a.bucket, a.key));
+        let max_objects = if q.max_objects == 0 {
+            64
+        } else {
+            q.max_objects as usize
+        };
+        let max_bytes = if q.max_bytes == 0 {
+            256 << 10
+        } else {
+            q.max_bytes
+        };
+        let p = q.partition;
+        let out = self
+            .replicas
+            .call(p, deadline, move |r| {
+                r.fold_objects(p, &set, after, max_objects, max_bytes)
+            })
+            .await?;
+        Ok(Response::new(out))
     }
 
     async fn merge_replica(

@@ -116,6 +116,8 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         cfg.handoff.max_bytes_per_sec,
     )?);
     tokio::spawn(transitions.clone().run(replicas.forwards()));
+    // Vnodes marked to rebuild (this member lost its data) answer no reads until they have.
+    tokio::spawn(crate::rebuild::Rebuild::open(coordinator.clone())?.run());
     tokio::spawn(
         Arc::new(crate::handoff::Handoff::new(
             coordinator.clone(),

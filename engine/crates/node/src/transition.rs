@@ -43,6 +43,7 @@ use crate::coordinator::Coordinator;
 use crate::membership::{self, ClusterView, MEMBERS_FILE};
 use crate::metrics::Metrics;
 use crate::peers::Peers;
+use crate::progress_file::{load_json, save_json, Throttled};
 use crate::replica::Forward;
 
 /// Where the progress of this node's outgoing transfers is kept.
@@ -89,7 +90,7 @@ pub struct Transitions {
     path: PathBuf,
     progress: Mutex<Progress>,
     /// The last warning and when it was logged (a failing step retries twice a second).
-    last_warning: Mutex<Option<(String, Instant)>>,
+    last_warning: Throttled,
     /// When this node last switched to a transition's target.
     completed_at: Mutex<Option<Instant>>,
     /// The partitions that switch gave this node, with their previous owner.
@@ -107,16 +108,10 @@ impl Transitions {
     /// down, so every partition still streaming gets a catch-up fold.
     pub fn open(coordinator: Arc<Coordinator>, max_bytes_per_sec: u64) -> Result<Transitions> {
         let path = coordinator.vnodes.data_dir.join(TRANSFERS_FILE);
-        let mut progress: Progress = match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b).with_context(|| {
-                format!(
-                    "{} is damaged; remove it (transfers then start again from the beginning)",
-                    path.display()
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Progress::default(),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
+        let mut progress: Progress = load_json(
+            &path,
+            "remove it (transfers then start again from the beginning)",
+        )?;
         for t in progress.partitions.values_mut() {
             if !t.sent {
                 t.forward_failed = true;
@@ -127,7 +122,7 @@ impl Transitions {
             max_bytes_per_sec,
             path,
             progress: Mutex::new(progress),
-            last_warning: Mutex::new(None),
+            last_warning: Throttled::default(),
             completed_at: Mutex::new(None),
             received_from: Mutex::new(BTreeMap::new()),
             forward_to: Mutex::new(Vec::new()),
@@ -141,15 +136,8 @@ impl Transitions {
         loop {
             tokio::time::sleep(STEP_EVERY).await;
             if let Err(e) = self.step().await {
-                let msg = e.message().to_string();
-                let mut last = self.last_warning.lock();
-                if last
-                    .as_ref()
-                    .is_none_or(|(m, at)| *m != msg || at.elapsed() >= Duration::from_secs(10))
-                {
-                    log::warn!("transition: {msg}; retrying");
-                    *last = Some((msg, Instant::now()));
-                }
+                self.last_warning
+                    .warn("transition", e.message().to_string());
             }
         }
     }
@@ -199,6 +187,7 @@ impl Transitions {
                 .unwrap_or_default(),
             transferred,
             committed,
+            holds_data: c.vnodes.stores.iter().any(|s| s.stats().last_sqn > 0),
         }
     }
 
@@ -625,24 +614,9 @@ fn next_batch(
     Ok((batch, last, false))
 }
 
-/// Write `TRANSFERS` durably: temp file, fsync, rename, fsync of the directory.
+/// Write `TRANSFERS` durably.
 fn save(path: &Path, p: &Progress) -> Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(&serde_json::to_vec(p)?)
-            .and_then(|_| f.sync_all())
-            .with_context(|| format!("writing {}", tmp.display()))?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("fsyncing {}", dir.display()))?;
-    }
-    Ok(())
+    save_json(path, p)
 }
 
 /// A member's `RingState`, within a few seconds.
@@ -650,7 +624,15 @@ async fn ring_state_of(peers: &Peers, member: &Member) -> Result<pb::RingStateRe
     let mut client = peers.client(member)?;
     let mut req = tonic::Request::new(pb::RingStateRequest {});
     req.set_timeout(Duration::from_secs(3));
-    Ok(client.ring_state(req).await?.into_inner())
+    // The deadline header alone does not end a call whose connection never completes (a member
+    // that has bound its port but serves nothing yet, as while it asks the others in turn).
+    match tokio::time::timeout(Duration::from_secs(3), client.ring_state(req)).await {
+        Ok(r) => Ok(r?.into_inner()),
+        Err(_) => Err(Status::unavailable(format!(
+            "{} did not answer RingState within 3 s",
+            member.name
+        ))),
+    }
 }
 
 /// A ring reported by a member, as a view of this node's ring parameters.
@@ -670,11 +652,13 @@ fn view_of_state(cfg: &NodeConfig, s: &pb::RingStateResponse) -> Result<ClusterV
     )
 }
 
-/// A node with no committed ring whose member list is not the first (version above 1) takes the
-/// ring of a member that has one before it opens its stores: the claims of a list depend on the
-/// lists before it. Waits (logging every 10 s) while a member that might have one cannot be
-/// reached; starts from the list when every other member answers that it has no committed ring
-/// (a cluster formed at once), or answers with something that is not a ring.
+/// A node with no committed ring takes the ring of a member that has one before it opens its
+/// stores: the claims of a list depend on the lists before it. When that member holds data and
+/// this one owns partitions in its ring, this member lost its data: its vnodes are marked to
+/// rebuild (`rebuild.rs`). With a list above version 1 it waits (logging every 10 s) while a
+/// member that might have a ring cannot be reached; it starts from the list when every other
+/// member answers that it has no committed ring (a cluster formed at once), answers with
+/// something that is not a ring, or — with the first list — after one round of asking.
 pub async fn take_ring_from_peers(cfg: &NodeConfig, peers: &Peers) -> Result<()> {
     if cfg.data_dir.join(MEMBERS_FILE).exists() {
         return Ok(());
@@ -688,9 +672,6 @@ pub async fn take_ring_from_peers(cfg: &NodeConfig, peers: &Peers) -> Result<()>
     let Ok(list) = membership::parse_members_text(&text) else {
         return Ok(()); // the members file's error is reported where it is loaded
     };
-    if list.version() <= 1 {
-        return Ok(());
-    }
     let others: Vec<&Member> = list
         .members()
         .iter()
@@ -701,12 +682,29 @@ pub async fn take_ring_from_peers(cfg: &NodeConfig, peers: &Peers) -> Result<()>
     loop {
         let mut uncommitted = Vec::new();
         let mut unreachable = Vec::new();
-        for m in &others {
-            match ring_state_of(peers, m).await {
+        // Asked all at once: a member that cannot answer costs its timeout once, not in turn.
+        let answers =
+            futures_util::future::join_all(others.iter().map(|m| ring_state_of(peers, m))).await;
+        for (m, answer) in others.iter().zip(answers) {
+            match answer {
                 Ok(s) if s.committed => match view_of_state(cfg, &s) {
                     Ok(v) => {
                         std::fs::create_dir_all(&cfg.data_dir)
                             .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
+                        // Owning partitions in a ring whose members hold data, with no ring of
+                        // its own: this member lost what it held (a new volume under its name).
+                        // Marked before the ring is committed, so a crash in between leaves the
+                        // vnodes rebuilding, never taken for complete.
+                        if s.holds_data {
+                            let n = crate::rebuild::mark(&cfg.data_dir, &v.claim, &cfg.node_name)?;
+                            if n > 0 {
+                                log::warn!(
+                                    "membership: this member owns {n} partition(s) in {}'s ring but has no data: \
+                                     they rebuild from the other replicas before they answer reads",
+                                    m.name
+                                );
+                            }
+                        }
                         membership::commit_peer_view(&cfg.data_dir, &v)?;
                         log::info!(
                             "membership: no ring of its own yet; took {}'s (member list version {}{})",
@@ -724,9 +722,13 @@ pub async fn take_ring_from_peers(cfg: &NodeConfig, peers: &Peers) -> Result<()>
                 Err(e) => unreachable.push(format!("{} ({})", m.name, e.message())),
             }
         }
-        if uncommitted.len() == others.len() {
+        // The first list: members forming a cluster start together, and none serves before it
+        // has its ring, so one round of asking is all (a member that lost its data while every
+        // other was down starts from the list, and read repair refills it).
+        if uncommitted.len() == others.len() || list.version() <= 1 {
             log::info!(
-                "membership: no member has a committed ring: starting from member list version {}",
+                "membership: no member has a committed ring{}: starting from member list version {}",
+                if unreachable.is_empty() { String::new() } else { format!(" (unreachable: {})", unreachable.join(", ")) },
                 list.version()
             );
             return Ok(());

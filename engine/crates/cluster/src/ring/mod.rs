@@ -4,6 +4,7 @@
 pub mod claim;
 pub mod hash;
 pub mod preflist;
+pub mod rebuild;
 pub mod ring_file;
 mod spacing;
 

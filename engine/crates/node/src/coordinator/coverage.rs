@@ -100,6 +100,7 @@ impl Coordinator {
         let t = target_of(cv);
         let filter = filter_of(cv);
         if self.is_local(&t) {
+            self.replicas.readable(cv.vnode)?;
             let (p, lim) = (cv.vnode, crate::replica::page_limit(limit));
             return self
                 .replicas
@@ -136,6 +137,7 @@ impl Coordinator {
         q.key_partitions = filter_of(cv);
         q.after = after.cloned().map(entry_pb);
         if self.is_local(&t) {
+            self.replicas.readable(cv.vnode)?;
             let (query, after) = index_page_query(&q)?;
             let lim = crate::replica::page_limit(q.limit);
             let p = cv.vnode;

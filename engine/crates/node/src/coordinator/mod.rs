@@ -176,6 +176,7 @@ impl Coordinator {
     ) -> Result<(SiblingSet, u32, u64), Status> {
         let p = t.partition;
         if self.is_local(t) {
+            self.replicas.readable(p)?;
             let queue = self.replicas.queue_len(p);
             let (set, sqn) = self
                 .replicas
@@ -201,6 +202,7 @@ impl Coordinator {
     ) -> Result<Stored, Status> {
         let p = t.partition;
         if self.is_local(t) {
+            self.replicas.readable(p)?;
             return self
                 .replicas
                 .call(p, deadline, move |r| r.get(p, &bucket, &key))

@@ -117,11 +117,16 @@ impl Coordinator {
             .unwrap_or_default()
             .as_micros() as u64;
         let context = encode_context(&w.context);
-        // Coordinate on this node's replica if it has one, else on the first target.
+        // Coordinate on this node's replica if it has one, else on the first target; never first
+        // on a vnode rebuilding here (it lacks the object to merge with).
         let mut order: Vec<usize> = (0..targets.len()).collect();
         if let Some(i) = targets.iter().position(|t| self.is_local(t)) {
             order.remove(i);
-            order.insert(0, i);
+            if self.replicas.readable(targets[i].partition).is_ok() {
+                order.insert(0, i);
+            } else {
+                order.push(i);
+            }
         }
         let mut coordinated: Option<(usize, Stored)> = None;
         let mut refused = Vec::new();

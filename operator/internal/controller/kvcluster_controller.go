@@ -113,8 +113,8 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	obs := r.applyChildren(ctx, &c, MaintenanceDeferral(scaled))
 	obs.Autoscale = scaled
 	obs.TransitionStallAfter = r.TransitionStallAfter
-	if following := append(slices.Clone(c.Status.Members), c.Status.LeavingMembers...); c.Status.Transition != nil || len(c.Status.LeavingMembers) > 0 {
-		obs.MemberReports = r.prober().Probe(ctx, following)
+	if ringMoving(c.Status) {
+		obs.MemberReports = r.prober().Probe(ctx, append(slices.Clone(c.Status.Members), c.Status.LeavingMembers...))
 	}
 	now := metav1.NewTime(r.now())
 	status, ring := computeStatus(&c, obs, now)
@@ -141,7 +141,7 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		poll = 5 * time.Second
 	}
 	if scaled == nil {
-		if status.Transition != nil || len(status.LeavingMembers) > 0 {
+		if ringMoving(status) {
 			return ctrl.Result{RequeueAfter: poll}, nil
 		}
 		return ctrl.Result{}, nil
@@ -156,7 +156,7 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	every := r.autoscaler().every()
-	if (status.Transition != nil || len(status.LeavingMembers) > 0) && poll < every {
+	if ringMoving(status) && poll < every {
 		every = poll
 	}
 	return ctrl.Result{RequeueAfter: every}, nil

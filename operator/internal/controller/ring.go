@@ -118,10 +118,10 @@ func PlanRing(in RingInput) RingPlan {
 		p.Forming, p.Reason, p.Message = true, ReasonForming, "waiting for all members to be ready for the first time"
 		return p
 	}
-	if p.Transition != nil || len(p.Leaving) > 0 {
+	if p.moving() {
 		p.follow(in)
 	}
-	running := p.Transition != nil || len(p.Leaving) > 0
+	running := p.moving()
 	switch {
 	case sameSet(in.Desired, p.Members):
 		// Nothing to publish.
@@ -140,7 +140,7 @@ func PlanRing(in RingInput) RingPlan {
 	default:
 		p.publish(in)
 	}
-	p.InProgress = p.Transition != nil || len(p.Leaving) > 0 || !sameSet(in.Desired, p.Members)
+	p.InProgress = p.moving() || !sameSet(in.Desired, p.Members)
 	switch {
 	case p.Queued != "":
 		p.Reason, p.Message = ReasonScaleQueued, p.Queued
@@ -148,6 +148,14 @@ func PlanRing(in RingInput) RingPlan {
 		p.Reason, p.Message = ReasonRingTransition, transitionMessage(p.Transition, p.Leaving)
 	}
 	return p
+}
+
+// moving: a transition runs, or members that left still hold data.
+func (p *RingPlan) moving() bool { return p.Transition != nil || len(p.Leaving) > 0 }
+
+// ringMoving is RingPlan.moving for a stored status: the members are to be followed.
+func ringMoving(st kvv1.KVClusterStatus) bool {
+	return st.Transition != nil || len(st.LeavingMembers) > 0
 }
 
 // publish makes Desired the member list: a new version, a transition from the current list,

@@ -255,7 +255,7 @@ impl Replicas {
         max_bytes: u64,
     ) -> Result<pb::FoldObjectsResponse, Status> {
         let store = self.store(partition)?;
-        let ring = self.vnodes.stores.len() as u32;
+        let ring = self.ring_size();
         let snap = store.snapshot(SnapshotKind::Fold).map_err(to_status)?;
         let fold = snap
             .fold_objects_after(after.as_ref().map(|(b, k)| (b.as_slice(), k.as_slice())))
@@ -270,15 +270,14 @@ impl Replicas {
                 key: o.key.clone(),
             });
             if key_partitions.contains(&crate::ring::partition_of(&o.bucket, &o.key, ring)) {
-                let object = stored_object_of(&o.object, "rebuild source", partition)?;
-                let siblings = encode_siblings(&object.siblings);
-                let contents = object.encode_contents();
-                bytes += (siblings.len() + contents.len()) as u64;
+                // Stored as sent: metadata is the encoded sibling set, the value the encoded
+                // contents (`merge` writes them so); the receiver decodes and checks them.
+                bytes += (o.object.metadata.len() + o.object.value.len()) as u64;
                 out.objects.push(pb::FoldedObject {
                     bucket: o.bucket,
                     key: o.key,
-                    siblings,
-                    contents,
+                    siblings: o.object.metadata,
+                    contents: o.object.value,
                 });
             }
             if out.objects.len() >= max_objects || bytes >= max_bytes || scanned >= 16 * max_objects

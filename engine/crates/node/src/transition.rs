@@ -25,7 +25,7 @@
 //! joiner cannot compute it from the newest list alone.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -320,7 +320,7 @@ impl Transitions {
             }
         }
         if *p != before {
-            save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
+            save_json(&self.path, &*p).map_err(|e| Status::internal(format!("{e:#}")))?;
         }
         Ok(())
     }
@@ -413,9 +413,11 @@ impl Transitions {
                                 t.bytes
                             );
                         }
-                        save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
+                        save_json(&self.path, &*p)
+                            .map_err(|e| Status::internal(format!("{e:#}")))?;
                     } else if saved.elapsed() >= SAVE_EVERY {
-                        save(&self.path, &p).map_err(|e| Status::internal(format!("{e:#}")))?;
+                        save_json(&self.path, &*p)
+                            .map_err(|e| Status::internal(format!("{e:#}")))?;
                         saved = Instant::now();
                     }
                     publish(&c.metrics, &p, true, true);
@@ -614,11 +616,6 @@ fn next_batch(
     Ok((batch, last, false))
 }
 
-/// Write `TRANSFERS` durably.
-fn save(path: &Path, p: &Progress) -> Result<()> {
-    save_json(path, p)
-}
-
 /// A member's `RingState`, within a few seconds.
 async fn ring_state_of(peers: &Peers, member: &Member) -> Result<pb::RingStateResponse, Status> {
     let mut client = peers.client(member)?;
@@ -770,7 +767,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        save(&path, &p).unwrap();
+        save_json(&path, &p).unwrap();
         let back: Progress = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(back, p);
     }

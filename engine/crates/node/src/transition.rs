@@ -97,6 +97,9 @@ pub struct Transitions {
     received_from: Mutex<BTreeMap<u32, String>>,
     /// Per vnode: the member its writes are forwarded to (set by every step).
     forward_to: Mutex<Vec<Option<String>>>,
+    /// The list the routing claim was made for before the last switch: members that left in it
+    /// are found here while [`SETTLE`] runs (members not switched yet still route reads to them).
+    departed: Mutex<Option<MemberList>>,
 }
 
 /// How long after its switch a node keeps what it streamed away before handoff drops it: other
@@ -126,6 +129,7 @@ impl Transitions {
             completed_at: Mutex::new(None),
             received_from: Mutex::new(BTreeMap::new()),
             forward_to: Mutex::new(Vec::new()),
+            departed: Mutex::new(None),
         })
     }
 
@@ -264,6 +268,7 @@ impl Transitions {
             .filter(|m| m.to == me)
             .map(|m| (m.partition, m.from))
             .collect();
+        *self.departed.lock() = Some(view.routing_list.clone());
         *self.completed_at.lock() = Some(Instant::now());
         let mut to: Vec<Option<String>> = self.forward_to.lock().clone();
         for (p, from) in self.received_from.lock().iter() {
@@ -508,6 +513,20 @@ impl Transitions {
     }
 
     /// Deliver the writes `Replicas` forwards to the next owner of their partition.
+    /// `view` with the members that left in the last switch findable (as leaving members are
+    /// during a transition), when `to` is one of them and the switch is still settling.
+    fn departed_view(&self, view: &Arc<ClusterView>, to: &str) -> Option<Arc<ClusterView>> {
+        if !self.settling() {
+            return None;
+        }
+        let departed = self.departed.lock().clone()?;
+        departed.get(to)?;
+        Some(Arc::new(ClusterView {
+            routing_list: departed,
+            ..(**view).clone()
+        }))
+    }
+
     async fn deliver_forwards(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<Forward>) {
         let slots = Arc::new(tokio::sync::Semaphore::new(FORWARDS_IN_FLIGHT));
         while let Some(f) = rx.recv().await {
@@ -524,13 +543,17 @@ impl Transitions {
                     .get(f.partition as usize)
                     .cloned()
                     .flatten();
-                // Not to itself, a member marked down, or one no longer in the lists (a member
-                // that left: it serves nothing once every member has switched).
-                let Some(to) = to.filter(|to| {
-                    *to != c.peers.self_name
-                        && !c.peers.down().contains(to)
-                        && view.member(to).is_some()
-                }) else {
+                // Not to itself or a member marked down. A member that left in the last switch
+                // gets the writes this node took for its old vnodes while the switch settles:
+                // a member that has not switched yet still reads from it (after that it serves
+                // nothing, and is no longer in the lists).
+                let to = to.filter(|to| *to != c.peers.self_name && !c.peers.down().contains(to));
+                let view = match &to {
+                    Some(to) if view.member(to).is_none() => me.departed_view(&view, to),
+                    Some(_) => Some(view),
+                    None => None,
+                };
+                let (Some(to), Some(view)) = (to, view) else {
                     let _ = f.done.send(());
                     return;
                 };

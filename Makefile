@@ -46,11 +46,17 @@ fmt:
 ## test: the README's test command; CI runs exactly this on a clean clone
 # e2e-smoke (e2e.mk) starts a real single-node Kubernetes, installs the chart, runs a KVCluster under
 # load and a compaction Job, and removes the cluster again (needs root, as everything here).
-test: lint engine-test operator-test terraform-test image-test chart-test dashboards-test e2e-smoke
+# The suites run in this order, each timed (hack/run-suites.sh prints the table, out/test-times.txt keeps it).
+TEST_SUITES := lint engine-test operator-test terraform-test image-test chart-test dashboards-test e2e-smoke
+test:
+	@hack/run-suites.sh $(TEST_SUITES)
 	@echo "make test: all suites passed"
 
+# The workspace build makes target/release/levee (levee-node's tests need it); levee-bench's gRPC test
+# runs that binary (LEVEE_NODE_BIN) instead of calling cargo again from inside the test.
 engine-test: deps
-	cd $(ENGINE) && LEVEE_CRASH_KILLS=$(CRASH_KILLS) $(CARGO) test --release --workspace
+	cd $(ENGINE) && LEVEE_CRASH_KILLS=$(CRASH_KILLS) LEVEE_NODE_BIN=$(CURDIR)/$(ENGINE)/target/release/levee \
+	  $(CARGO) test --release --workspace
 
 operator-test:
 	$(MAKE) -C operator test

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local-cluster harness: N real `levee serve` processes on loopback, each with its own data
 # directory and config, membership by one shared members file (JSON, docs/cluster.md). Used by the
-# node's tests (engine/crates/node/tests/local_cluster.rs) and by `make cluster-demo`.
+# node's tests (engine/crates/node/tests/integration/local_cluster.rs) and by `make cluster-demo`.
 #
 #   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
 #                             [--handoff-bytes-per-sec B]

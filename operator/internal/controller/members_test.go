@@ -17,7 +17,7 @@ import (
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
 )
 
-// The contract with the node: the Rust test engine/crates/cluster/tests/operator_members_fixture.rs
+// The contract with the node: the Rust test engine/crates/cluster/tests/integration/operator_members_fixture.rs
 // parses this file with levee_cluster::MemberList::parse. Regenerate it after a deliberate
 // format change with: go test ./internal/controller -run TestMembersJSONFixture -update-members-fixture
 var updateMembersFixture = flag.Bool("update-members-fixture", false, "rewrite the member list fixture shared with the Rust parser")

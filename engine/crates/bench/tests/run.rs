@@ -391,10 +391,20 @@ fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
     assert!(s.validate().is_err());
 }
 
-/// The `levee` node binary, built by this test with the test's own profile and target directory
-/// (`target/<profile>/levee`), so `cargo test -p levee-bench` needs no earlier build. When the
-/// binary is already up to date (`cargo test --workspace`, `make bench-test`) this is a no-op check.
+/// The `levee` node binary: `LEVEE_NODE_BIN` when set (`make engine-test` points it at the binary its
+/// `cargo test --workspace` has just built, so no second cargo runs inside the test), otherwise
+/// built by this test with the test's own profile and target directory (`target/<profile>/levee`),
+/// so `cargo test -p levee-bench` needs no earlier build.
 fn levee_binary() -> std::path::PathBuf {
+    if let Some(bin) = std::env::var_os("LEVEE_NODE_BIN") {
+        let bin = std::path::PathBuf::from(bin);
+        assert!(
+            bin.is_file(),
+            "LEVEE_NODE_BIN={} is not a file",
+            bin.display()
+        );
+        return bin;
+    }
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/run-<hash> → target/<profile>
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();

@@ -78,7 +78,7 @@
 //! * The search stops at a layout no swap or three-way rotation improves. The tests compare the
 //!   initial claim with exhaustive search on rings of 4–16 partitions.
 //!
-//! # Measured (n_val 3, no zones; `tests/claim_properties.rs::movement_table`)
+//! # Measured (n_val 3, no zones; `tests/integration/claim_properties.rs::movement_table`)
 //!
 //! | ring | change | moved | ideal |
 //! |---|---|---|---|

@@ -5,7 +5,7 @@
 //!
 //! `LEVEE_FAULT_CASES` sets the number of cases (default 2,000).
 
-mod sim;
+use crate::sim;
 
 use levee_store::storage::{FaultPlan, SimDisk};
 use levee_store::SyncMode;

@@ -5,7 +5,7 @@
 //! reaped after the delete delay, a read repairs a replica that missed a write, and coverage
 //! queries answer every key once.
 
-mod common;
+use crate::common;
 
 use common::cluster::{converged, replicas, run, up, Down};
 use levee_proto::v1 as pb;

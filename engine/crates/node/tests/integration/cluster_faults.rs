@@ -3,7 +3,7 @@
 //! acknowledged at w=2 is lost, no value appears that was never written, and every replica
 //! converges once the fault heals.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

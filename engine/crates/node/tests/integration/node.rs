@@ -3,7 +3,7 @@
 //! recovery after a process kill and SIGTERM draining. Servers bind port 0 and report their
 //! addresses on stdout.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -448,7 +448,7 @@ async fn concurrent_clients_admin_rpcs_and_metrics() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     // Alone, the node is its own (provisional, version 0) member list and owns the whole ring;
-    // the membership RPCs are tested in tests/membership.rs.
+    // the membership RPCs are tested in tests/integration/membership.rs.
     let m = admin
         .members(pb::MembersRequest {})
         .await

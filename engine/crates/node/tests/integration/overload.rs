@@ -7,7 +7,7 @@
 // tonic::Status is the error of every stream item; boxing it buys nothing here.
 #![allow(clippy::result_large_err)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

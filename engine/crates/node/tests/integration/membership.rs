@@ -3,7 +3,7 @@
 //! and a list that moves partitions starting a ring transition (and one taking it back cancelling
 //! it).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,10 +1,7 @@
 //! Tests of the fault-test support modules: the history checker (`common/history.rs`) and the
 //! blackholing TCP proxy (`common/proxy.rs`).
 
-#[path = "common/history.rs"]
-mod history;
-#[path = "common/proxy.rs"]
-mod proxy;
+use crate::common::{history, proxy};
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read as _, Write as _};

@@ -3,7 +3,7 @@
 //! Plain TLS, client-certificate verification, the CLI's TLS options, bad files stopping the node
 //! before it opens anything, and renewed files picked up without a restart.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

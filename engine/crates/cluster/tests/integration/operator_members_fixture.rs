@@ -6,7 +6,7 @@
 
 use levee_cluster::MemberList;
 
-const FIXTURE: &str = include_str!("fixtures/operator-members.json");
+const FIXTURE: &str = include_str!("../fixtures/operator-members.json");
 
 #[test]
 fn the_operators_member_list_is_accepted() {

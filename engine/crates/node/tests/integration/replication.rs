@@ -3,7 +3,7 @@
 //! siblings (or resolved by last-write-wins), a write with the read context superseding them, a
 //! delete as a tombstone, bad objects refused, and a vnode's actor kept across a SIGKILL.
 
-mod common;
+use crate::common;
 
 use common::cluster::{run, Down};
 use levee_cluster::causality::{decode_siblings, encode_context, Clock, SiblingSet};

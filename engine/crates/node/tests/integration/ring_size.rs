@@ -2,7 +2,7 @@
 //! ring size is refused, and so is a directory written before the size was recorded whose
 //! partition directories say another size.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! w=2 is lost, no value appears that was never written, and every key reads back the same from
 //! every remaining member. Foreground throughput per phase and the bytes moved are printed.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -412,7 +412,7 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// Foreground throughput while a join moves data (a measurement, not a check: run it with
-/// `cargo test --release -p levee-node --test ring_transitions -- --ignored --nocapture`). Four
+/// `cargo test --release -p levee-node --test integration ring_transitions:: -- --ignored --nocapture`). Four
 /// processes run throughout — n4 idle and outside the list until the join — so the phases
 /// compare the same CPU contention. `LEVEE_BENCH_KEYS` (20000 keys of 4 KiB) and
 /// `LEVEE_BENCH_RATE` (bytes per second per source, 2 MiB/s) size the transfer.

@@ -4,7 +4,7 @@
 //! node while they run, and a join starts the same ring transition on every node (and taking it
 //! back cancels it everywhere).
 
-mod common;
+use crate::common;
 
 use common::cluster::{run, Down};
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@
 //! * n3's files renewed in place with a cluster-CA certificate: without a restart its links to
 //!   the other members present the new one and its w=3 writes succeed again.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

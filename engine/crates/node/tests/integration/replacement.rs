@@ -2,7 +2,7 @@
 //! rebuilds its vnodes from the other replicas before it answers reads for them
 //! (docs/cluster.md §8).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

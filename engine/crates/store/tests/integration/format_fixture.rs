@@ -7,7 +7,7 @@
 //! - `crashed/`: stopped like a crash (unflushed writes in an unindexed active segment, replayed at
 //!   open; the AAE tree is rebuilt).
 //!
-//! `LEVEE_WRITE_FIXTURES=1 cargo test -p levee-store --test format_fixture` rewrites them; only do
+//! `LEVEE_WRITE_FIXTURES=1 cargo test -p levee-store --test integration format_fixture` rewrites them; only do
 //! that for a deliberate format change, with a new `format-N` folder and a migration story.
 
 use std::collections::BTreeMap;

@@ -1,0 +1,18 @@
+//! The store crate's integration tests, one module per area, built as one test binary
+//! (each file as its own binary compiled the shared helpers and client code again and linked
+//! again: that was most of `make test`'s Rust build time).
+//! The SIGKILL crash test and the power-loss test stay separate binaries (`crash`, `power_loss`):
+//! `make crash-soak` runs them alone with many more cases.
+
+mod api;
+mod corruption;
+mod disk_full;
+mod fault_regressions;
+mod features;
+mod format_fixture;
+mod io_faults;
+mod lazy_journal_index;
+mod model;
+mod regressions;
+#[path = "../sim/mod.rs"]
+mod sim;

@@ -110,7 +110,7 @@ clean:
 
 # levee-bench: bench-deps, bench-build, bench-test, bench-demo, bench (the full volume-test matrix)
 include bench.mk
-# levee container image: image, image-test (static musl binary, OCI archive, private containerd)
+# levee container image: image, image-test (the release binary with its shared libraries, OCI archive, private containerd)
 include image.mk
 # Helm chart of the operator: chart-test, helm (charts/levee-operator)
 include charts.mk

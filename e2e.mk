@@ -28,8 +28,8 @@ E2E_OUT ?= $(E2E_ROOT)/out/e2e
 E2E_LOAD_SECONDS ?= 60
 E2E_KEEP ?=
 E2E_BENCH_BIN := $(E2E_ROOT)/engine/target/release/levee-bench
-# The static CLI the scenarios run on the host (image.mk's musl build).
-E2E_CLI := $(E2E_ROOT)/engine/target/x86_64-unknown-linux-musl/release/levee
+# The CLI the scenarios run on the host (the binary image.mk puts in the node image).
+E2E_CLI := $(E2E_ROOT)/out/image/levee
 E2E_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' $(E2E_ROOT)/engine/crates/node/Cargo.toml | head -n1)
 E2E_HELM_VERSION ?= v3.16.4
 

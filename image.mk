@@ -1,7 +1,8 @@
 # levee container images, built without a container engine (no Docker daemon on these machines).
 #   make image           both images below
-#   make image-node      out/image/levee-<version>.tar: OCI image archive of the static (musl) `levee`
-#                        binary, tagged levee:<version> and levee:dev; prints its size
+#   make image-node      out/image/levee-<version>.tar: OCI image archive of the release `levee` binary
+#                        (the one `make test` builds; glibc, stripped, with its loader and shared
+#                        libraries), tagged levee:<version> and levee:dev; prints its size
 #   make image-operator  out/image/levee-operator-<version>.tar: the static (CGO off) operator
 #                        binary as /manager, tagged levee-operator:<version> and levee-operator:dev
 #   make image-test      mkimage's unit tests; imports both archives into a private containerd
@@ -15,19 +16,19 @@ IMAGE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 CARGO ?= cargo
 GO ?= go
 
-IMAGE_TARGET := x86_64-unknown-linux-musl
 IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' $(IMAGE_ROOT)/engine/crates/node/Cargo.toml | head -n1)
 # containerd's names; the operator's default image is levee:dev (= docker.io/library/levee:dev).
 IMAGE_REPO ?= docker.io/library/levee
 IMAGE_TAGS ?= $(IMAGE_VERSION),dev
 IMAGE_SOURCE ?=
 IMAGE_TAR := $(IMAGE_ROOT)/out/image/levee-$(IMAGE_VERSION).tar
-IMAGE_BIN := $(IMAGE_ROOT)/engine/target/$(IMAGE_TARGET)/release/levee
+# The workspace's release build of the node (shared with make test's, so no second compile) and the
+# stripped copy that goes into the image.
+IMAGE_BUILT_BIN := $(IMAGE_ROOT)/engine/target/release/levee
+IMAGE_BIN := $(IMAGE_ROOT)/out/image/levee
 # mkimage (image/mkimage, go-containerregistry pinned in its go.mod) writes the archive.
 IMAGE_TOOL := $(IMAGE_ROOT)/image/bin/mkimage
 IMAGE_TOOL_SRC := $(addprefix $(IMAGE_ROOT)/image/mkimage/,main.go go.mod go.sum)
-# ring (rustls' crypto) has C and assembly: musl-gcc compiles it for the musl target.
-IMAGE_DEBS := musl-tools
 
 # The operator image: same tool, same version, one static Go binary at /manager (the path
 # kubebuilder layouts and the Helm chart use), no data directory, no default arguments.
@@ -35,17 +36,13 @@ OPERATOR_IMAGE_REPO ?= docker.io/library/levee-operator
 OPERATOR_IMAGE_TAR := $(IMAGE_ROOT)/out/image/levee-operator-$(IMAGE_VERSION).tar
 OPERATOR_IMAGE_BIN := $(IMAGE_ROOT)/operator/bin/manager-linux-amd64
 
-.PHONY: image image-node image-operator image-operator-binary image-test mkimage-test image-deps image-binary
+.PHONY: image image-node image-operator image-operator-binary image-test mkimage-test image-binary
 
-image-deps:
-	@$(IMAGE_ROOT)/hack/ensure-debs.sh $(IMAGE_DEBS)
-	@rustup target list --installed | grep -qx '$(IMAGE_TARGET)' || rustup target add $(IMAGE_TARGET)
-
-## image-binary: the static levee binary (release, stripped, no debug info) in engine/target/<musl>/release
-image-binary: image-deps
-	cd $(IMAGE_ROOT)/engine && CC_x86_64_unknown_linux_musl=musl-gcc \
-	  CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
-	  $(CARGO) build --release --target $(IMAGE_TARGET) -p levee-node
+## image-binary: the release levee binary (cargo's, as make test builds it), stripped into out/image/levee
+image-binary:
+	cd $(IMAGE_ROOT)/engine && $(CARGO) build --release -p levee-node
+	@mkdir -p $(dir $(IMAGE_BIN))
+	objcopy --strip-all $(IMAGE_BUILT_BIN) $(IMAGE_BIN).tmp && mv $(IMAGE_BIN).tmp $(IMAGE_BIN)
 
 $(IMAGE_TOOL): $(IMAGE_TOOL_SRC)
 	cd $(IMAGE_ROOT)/image/mkimage && $(GO) build -trimpath -o $(IMAGE_TOOL) .
@@ -57,7 +54,6 @@ image: image-node image-operator
 
 ## image-node: the OCI archive; every timestamp in it is the commit time, so the same binary gives the same digest
 image-node: image-binary $(IMAGE_TOOL)
-	@! readelf -l $(IMAGE_BIN) | grep -q 'program interpreter' || { echo "$(IMAGE_BIN) is not statically linked" >&2; exit 1; }
 	$(IMAGE_TOOL) -binary $(IMAGE_BIN) -out $(IMAGE_TAR) -repo $(IMAGE_REPO) -tags '$(IMAGE_TAGS)' \
 	  -version $(IMAGE_VERSION) -source '$(IMAGE_SOURCE)' \
 	  -revision "$(IMAGE_REVISION)" -created "$(IMAGE_CREATED)"

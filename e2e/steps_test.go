@@ -221,13 +221,13 @@ func (e *env) memberStats(pod string, tlsArgs ...string) map[string]float64 {
 	return m
 }
 
-// cli is the static CLI image.mk builds (E2E_CLI, set by e2e.mk), runnable on the host against
-// pod and Service IPs.
+// cli is the levee binary image.mk puts in the node image (E2E_CLI, set by e2e.mk), runnable on
+// the host against pod and Service IPs.
 func (e *env) cli() string {
 	if c := os.Getenv("E2E_CLI"); c != "" {
 		return c
 	}
-	return filepath.Join(e.root, "engine/target/x86_64-unknown-linux-musl/release/levee")
+	return filepath.Join(e.root, "out/image/levee")
 }
 
 // background calls write(0), write(1), ... on a goroutine until the returned stop is called;

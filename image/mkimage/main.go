@@ -1,5 +1,6 @@
 // mkimage writes a levee container image as an OCI image-layout archive, without a container
-// engine: an empty base plus one layer holding one static binary, a non-root user and (for the
+// engine: an empty base plus one layer holding one binary (a dynamically linked one with the
+// loader and shared libraries it needs, copied from the host), a non-root user and (for the
 // node) the directories the node writes to. `make image` (image.mk) runs it twice: the node image
 // (the defaults below) and the operator image (-path /manager -cmd "" -data-dir "" ...);
 // `ctr images import` loads the archive.
@@ -32,7 +33,7 @@ import (
 const uid = 65532
 
 func main() {
-	binary := flag.String("binary", "", "static levee binary to put in the image")
+	binary := flag.String("binary", "", "binary to put in the image (a dynamic one brings its loader and shared libraries from the host)")
 	out := flag.String("out", "", "archive to write (OCI image layout, tar)")
 	repo := flag.String("repo", "docker.io/library/levee", "image repository the tags belong to")
 	tags := flag.String("tags", "dev", "comma-separated tags")
@@ -100,7 +101,11 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 	if err != nil {
 		return err
 	}
-	layerTar, err := rootfs(bin, created, sp)
+	libs, err := sharedLibs(bin)
+	if err != nil {
+		return err
+	}
+	layerTar, err := rootfs(bin, libs, created, sp)
 	if err != nil {
 		return err
 	}
@@ -115,7 +120,7 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 		Layer: layer,
 		History: v1.History{
 			Created:   v1.Time{Time: created},
-			CreatedBy: createdBy(sp),
+			CreatedBy: createdBy(sp, len(libs) > 0),
 			Comment:   "make image",
 		},
 	})
@@ -209,6 +214,9 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 	fmt.Printf("image %s (%s) -> %s\n", repo, strings.Join(tags, ", "), out)
 	fmt.Printf("  digest       %s\n", digest)
 	fmt.Printf("  binary       %s uncompressed\n", mib(int64(len(bin))))
+	for _, l := range libs {
+		fmt.Printf("  library      %s %s\n", l.path, mib(int64(len(l.data))))
+	}
 	fmt.Printf("  layer        %s gzip (the image's pull size)\n", mib(lsize))
 	fmt.Printf("  archive      %s\n", mib(st.Size()))
 	return nil
@@ -216,7 +224,10 @@ func run(binary, out, repo string, tags []string, version, revision, source stri
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n) }
 
-func createdBy(sp spec) string {
+func createdBy(sp spec, dynamic bool) string {
+	if dynamic {
+		return "mkimage: " + sp.path + " (glibc), its loader and shared libraries, and the nonroot user"
+	}
 	if sp.path == "/usr/local/bin/levee" {
 		return "mkimage: /usr/local/bin/levee (static, musl) and the nonroot user" // as before: same digest
 	}
@@ -234,9 +245,10 @@ func parents(p string) []string {
 }
 
 // rootfs is the single layer: passwd/group naming the nonroot user, /tmp, the binary at sp.path
-// (with its parent directories), and sp.dataDir owned by that user (the node's data directory is
-// /var/lib/levee/data). Directories already written (/etc, /tmp) are not written twice.
-func rootfs(bin []byte, mtime time.Time, sp spec) ([]byte, error) {
+// (with its parent directories), the shared libraries it loads (libs, at their host paths), and
+// sp.dataDir owned by that user (the node's data directory is /var/lib/levee/data). Directories
+// already written (/etc, /tmp) are not written twice.
+func rootfs(bin []byte, libs []hostFile, mtime time.Time, sp spec) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(name string, mode int64, owner int) error {
@@ -271,6 +283,10 @@ func rootfs(bin []byte, mtime time.Time, sp spec) ([]byte, error) {
 	}
 	mkdirs(parents(sp.path))
 	steps = append(steps, func() error { return file(strings.TrimPrefix(sp.path, "/"), 0o755, bin) })
+	for _, l := range libs {
+		mkdirs(parents(l.path))
+		steps = append(steps, func() error { return file(strings.TrimPrefix(l.path, "/"), 0o755, l.data) })
+	}
 	if sp.dataDir != "" {
 		mkdirs(parents(sp.dataDir))
 		steps = append(steps, func() error { return dir(strings.TrimPrefix(sp.dataDir, "/"), 0o750, uid) })

@@ -57,9 +57,15 @@ func blob(t *testing.T, files map[string][]byte, d v1.Hash) []byte {
 // the layer's entries (name -> mode/uid).
 func build(t *testing.T, sp spec) (string, v1.ConfigFile, []string) {
 	t.Helper()
+	return buildWith(t, sp, []byte("fake-binary\n"))
+}
+
+// buildWith is build with the binary's bytes given.
+func buildWith(t *testing.T, sp spec, binData []byte) (string, v1.ConfigFile, []string) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
-	if err := os.WriteFile(bin, []byte("fake-binary\n"), 0o755); err != nil {
+	if err := os.WriteFile(bin, binData, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "img.tar")
@@ -146,5 +152,39 @@ func TestSpecCheck(t *testing.T) {
 		if err := good.check(); err != nil {
 			t.Errorf("%+v: %v", good, err)
 		}
+	}
+}
+
+// A dynamically linked binary (the host's /bin/true, glibc) brings its loader at the path it names
+// and every library it loads, so the image runs with nothing else in it; image-test runs the node
+// image built this way under runc.
+func TestDynamicBinaryBringsItsLoaderAndLibraries(t *testing.T) {
+	bin, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Skip("no /bin/true on this host")
+	}
+	libs, err := sharedLibs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(libs) == 0 {
+		t.Fatal("/bin/true is dynamically linked on Debian; no libraries found")
+	}
+	_, cf, entries := buildWith(t, nodeSpec, bin)
+	has := map[string]bool{}
+	for _, e := range entries {
+		has[strings.Fields(e)[0]] = true
+	}
+	for _, want := range []string{"lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libc.so.6", "usr/local/bin/levee", "var/lib/levee/"} {
+		if !has[want] {
+			t.Errorf("layer lacks %s: %q", want, entries)
+		}
+	}
+	if got := cf.History[0].CreatedBy; !strings.Contains(got, "glibc") {
+		t.Errorf("history says %q", got)
+	}
+	// Not ELF: nothing to add (the fake binary above), and no error.
+	if l, err := sharedLibs([]byte("fake-binary\n")); l != nil || err != nil {
+		t.Errorf("non-ELF: %v %v", l, err)
 	}
 }

@@ -27,9 +27,25 @@ pub fn segment_of(bucket: &[u8], key: &[u8], segments: u32) -> u32 {
 }
 
 /// The hash an object contributes to its leaf: of its key and its metadata (the version vector).
+///
+/// Tree version 2. Version 1 folded `hash64`'s two CRC lanes together as they were, and CRCs are
+/// affine: the XOR of two lanes over the same bytes depends only on the lengths of the parts. Two
+/// versions of an object whose metadata had the same length (a version vector whose counter went
+/// from 1 to 2) hashed alike, so a replica that missed the update looked in sync. The lanes now
+/// go through a 64-bit finalizer first, which every bit of both lanes reaches.
 pub fn leaf_hash(bucket: &[u8], key: &[u8], metadata: &[u8]) -> u32 {
-    let h = hash64(&[bucket, key, metadata]);
+    let h = mix64(hash64(&[bucket, key, metadata]));
     (h ^ (h >> 32)) as u32
+}
+
+/// A 64-bit finalizer (xor-shift and multiply rounds, as in MurmurHash3's `fmix64`): a bijection
+/// in which every input bit affects every output bit.
+fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
 }
 
 /// A key of an AAE segment with the hash it contributes to its leaf.
@@ -108,7 +124,8 @@ pub(crate) struct AaeState {
 /// sqn:u64 leaf:u32* crc:u32`. Valid only if the store's last SQN at the next open is `sqn`.
 pub(crate) const TREE_FILE: &str = "AAE";
 const TREE_MAGIC: &[u8; 4] = b"LVAE";
-const TREE_VERSION: u32 = 1;
+/// 2: `leaf_hash` changed (a version 1 file is rebuilt at open).
+const TREE_VERSION: u32 = 2;
 
 impl AaeState {
     pub(crate) fn new(segments: u32, branch_width: u32) -> Self {
@@ -177,6 +194,26 @@ impl AaeState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Versions of an object whose metadata has the same length (the common case: a version
+    /// vector's counter moving on) must hash differently, or a stale replica looks in sync.
+    /// Tree version 1's hash gave every one of these pairs the same leaf hash.
+    #[test]
+    fn same_length_metadata_hashes_differ() {
+        let mut same = 0;
+        for i in 0..1000u32 {
+            let key = format!("k{i:04}");
+            let a = leaf_hash(b"b", key.as_bytes(), &[1, 0, 0, 0, (i % 7) as u8]);
+            let b = leaf_hash(b"b", key.as_bytes(), &[2, 0, 0, 0, (i % 7) as u8]);
+            let other_key = leaf_hash(
+                b"b",
+                format!("x{i:04}").as_bytes(),
+                &[1, 0, 0, 0, (i % 7) as u8],
+            );
+            same += usize::from(a == b) + usize::from(a == other_key);
+        }
+        assert!(same <= 1, "{same} of 2000 pairs hashed alike");
+    }
 
     #[test]
     fn segments_spread_and_diff_finds_the_one_that_differs() {

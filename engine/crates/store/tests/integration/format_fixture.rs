@@ -122,7 +122,7 @@ fn true_tree(want: &Expected) -> levee_store::AaeTree {
     s.aae_tree().unwrap()
 }
 
-fn check(name: &str, want: &Expected, tree_loaded: bool) {
+fn check(name: &str, want: &Expected) {
     let tmp = tempfile::tempdir().unwrap();
     copy_dir(&fixtures().join(name), tmp.path());
     let s = Store::open(tmp.path(), config())
@@ -183,13 +183,6 @@ fn check(name: &str, want: &Expected, tree_loaded: bool) {
         want.values().filter(|w| w.3 == "even").count(),
         "{name}: parity_bin index"
     );
-    if tree_loaded {
-        assert_eq!(
-            s.stats().aae_rebuilds,
-            0,
-            "{name}: the saved AAE tree was not used"
-        );
-    }
     assert!(s.wait_for_aae(Duration::from_secs(60)).unwrap());
     assert_eq!(s.aae_tree().unwrap(), true_tree(want), "{name}: AAE tree");
     s.close().unwrap();
@@ -204,6 +197,9 @@ fn stores_written_by_format_1_open_and_read_back_exactly() {
         fixtures().join("clean").is_dir() && fixtures().join("crashed").is_dir(),
         "fixtures missing: run with LEVEE_WRITE_FIXTURES=1 once"
     );
-    check("clean", &workload(None, 400), true);
-    check("crashed", &workload(None, 340), false);
+    // The clean store's saved AAE tree is of tree version 1, whose leaf hash was too weak
+    // (aae.rs, `leaf_hash`): it is rebuilt at open rather than used (features.rs checks that a
+    // clean reopen of a current store loads its saved tree).
+    check("clean", &workload(None, 400));
+    check("crashed", &workload(None, 340));
 }

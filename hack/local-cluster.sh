@@ -4,7 +4,7 @@
 # node's tests (engine/crates/node/tests/integration/local_cluster.rs) and by `make cluster-demo`.
 #
 #   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
-#                             [--handoff-bytes-per-sec B]
+#                             [--handoff-bytes-per-sec B] [--aae-exchange-secs S]
 #                                   start n1..nN; prints one line per node: name address metrics pid
 #   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
 #   local-cluster.sh add DIR NAME   prepare a new node (n1's config, free ports; not started,
@@ -113,7 +113,7 @@ case "$cmd" in
   up)
     [ $# -ge 2 ] || usage
     dir=$1 n=$2; shift 2
-    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate=
+    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate= aae_exchange=
     while [ $# -gt 0 ]; do
       case "$1" in
         --ring-size) ring=$2; shift 2 ;;
@@ -121,6 +121,7 @@ case "$cmd" in
         --sync) sync=true; shift ;;
         --delete-delay-secs) delete_delay=$2; shift 2 ;;
         --handoff-bytes-per-sec) handoff_rate=$2; shift 2 ;;
+        --aae-exchange-secs) aae_exchange=$2; shift 2 ;;
         *) die "unknown option $1" ;;
       esac
     done
@@ -150,6 +151,7 @@ sync_on_write = $sync
 aae_segments = 4096
 EOF
         [ -z "$handoff_rate" ] || printf '[handoff]\nmax_bytes_per_sec = %s\n' "$handoff_rate" >> "$dir/$name/levee.toml"
+        [ -z "$aae_exchange" ] || printf '[aae]\nexchange_interval_secs = %s\n' "$aae_exchange" >> "$dir/$name/levee.toml"
       done
       # The list exists before any node starts: each commits it as its first list.
       write_members "$dir" 1 "${names[@]}"

@@ -19,6 +19,8 @@ pub struct AdminService {
     pub node_name: String,
     pub sync_on_write: String,
     pub started: Instant,
+    /// Runs AAE exchanges (`AAEExchange`).
+    pub coordinator: Arc<crate::coordinator::Coordinator>,
 }
 
 /// Engine statistics as name → value (the names the `Stats` RPC and `levee admin stats` show).
@@ -245,6 +247,29 @@ impl pb::admin_server::Admin for AdminService {
             })
             .await?;
         Ok(Response::new(segment_keys_response(keys)))
+    }
+
+    async fn aae_exchange(
+        &self,
+        req: Request<pb::AaeExchangeRequest>,
+    ) -> Result<Response<pb::AaeExchangeResponse>, Status> {
+        let c = &self.coordinator;
+        let ring = c.replicas.ring_size();
+        let mut partitions = req.into_inner().key_partitions;
+        if let Some(bad) = partitions.iter().find(|p| **p >= ring) {
+            return Err(Status::invalid_argument(format!(
+                "partition {bad} is not in this node's ring of {ring}"
+            )));
+        }
+        if partitions.is_empty() {
+            partitions =
+                crate::aae_exchange::led_by(&self.vnodes.membership.view(), &c.peers.self_name);
+        }
+        let mut exchanges = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            exchanges.push(crate::aae_exchange::exchange(c, p).await.to_pb());
+        }
+        Ok(Response::new(pb::AaeExchangeResponse { exchanges }))
     }
 
     async fn members(

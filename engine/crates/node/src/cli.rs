@@ -259,6 +259,18 @@ pub enum AdminCmd {
         #[arg(long)]
         journal_check: bool,
     },
+    /// Run an AAE exchange now: for each preflist given (by the partition it starts at), or every
+    /// preflist this node leads, compare the replicas' trees, list the keys of differing segments
+    /// and repair every key whose replicas differ. Prints one line per exchange that found
+    /// something; exits 1 if any failed.
+    AaeExchange {
+        #[command(flatten)]
+        conn: Conn,
+        /// A preflist, by the partition it starts at (repeatable; none: every preflist this node
+        /// leads).
+        #[arg(long = "partition")]
+        partitions: Vec<u32>,
+    },
     /// The member list this node runs with (version, name, address, zone, partitions owned).
     Members {
         #[command(flatten)]
@@ -460,6 +472,7 @@ impl ClientCmd {
                 | AdminCmd::Stats { conn }
                 | AdminCmd::CompactJournal { conn, .. }
                 | AdminCmd::AaeRebuild { conn, .. }
+                | AdminCmd::AaeExchange { conn, .. }
                 | AdminCmd::Members { conn }
                 | AdminCmd::SetMembers { conn, .. }
                 | AdminCmd::Ring { conn },
@@ -819,6 +832,70 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                     ),
                 );
                 incomplete("AAE rebuild", r.failed, r.not_started)?;
+            }
+            AdminCmd::AaeExchange { conn, partitions } => {
+                eprintln!(
+                    "AAE exchange of {} (deadline {} s) …",
+                    if partitions.is_empty() {
+                        "every preflist this node leads".to_string()
+                    } else {
+                        which(&partitions)
+                    },
+                    conn.timeout
+                );
+                let r = AdminClient::new(channel(&conn).await?)
+                    .aae_exchange(with_deadline(
+                        &conn,
+                        pb::AaeExchangeRequest {
+                            key_partitions: partitions,
+                        },
+                    ))
+                    .await?
+                    .into_inner();
+                let count = |res: &str| r.exchanges.iter().filter(|e| e.result == res).count();
+                let (in_sync, repaired, failed, skipped) = (
+                    count("in_sync"),
+                    count("repaired"),
+                    count("failed"),
+                    count("skipped"),
+                );
+                let keys: u32 = r.exchanges.iter().map(|e| e.keys_repaired).sum();
+                let mut text = format!(
+                    "{} exchange(s): {in_sync} in sync, {repaired} repaired ({keys} key(s)), {failed} failed, {skipped} skipped",
+                    r.exchanges.len()
+                );
+                for e in r.exchanges.iter().filter(|e| e.result != "in_sync") {
+                    text.push_str(&format!(
+                        "\n  p{}: {}: {} segment(s) differ, {} key(s) differ, {} repaired ({} replica(s) sent a merge) in {:.2} s{}",
+                        e.key_partition,
+                        e.result,
+                        e.segments_differing,
+                        e.keys_differing,
+                        e.keys_repaired,
+                        e.replicas_repaired,
+                        e.seconds,
+                        if e.message.is_empty() { String::new() } else { format!(": {}", e.message) }
+                    ));
+                }
+                let exchanges: Vec<_> = r
+                    .exchanges
+                    .iter()
+                    .map(|e| {
+                        json!({"partition": e.key_partition, "result": e.result,
+                               "segments_differing": e.segments_differing, "keys_differing": e.keys_differing,
+                               "keys_repaired": e.keys_repaired, "replicas_repaired": e.replicas_repaired,
+                               "message": e.message, "seconds": e.seconds})
+                    })
+                    .collect();
+                print(
+                    &conn,
+                    json!({"in_sync": in_sync, "repaired": repaired, "failed": failed, "skipped": skipped,
+                           "keys_repaired": keys, "exchanges": exchanges}),
+                    text,
+                );
+                if failed > 0 {
+                    bail!("{failed} AAE exchange(s) failed");
+                }
             }
             AdminCmd::Members { conn } => {
                 let r = AdminClient::new(channel(&conn).await?)

@@ -25,6 +25,8 @@
 //! [membership]  members = ["host:port", ...]
 //! [handoff]     max_bytes_per_sec (32 MiB/s): the throttle of each hinted-handoff transfer and
 //!               of each partition a ring transition streams
+//! [aae]         exchange_interval_secs (3600; 0: only when asked): how often this member compares
+//!               the preflists it leads with their replicas and repairs what differs
 //! [limits]      vnode_concurrency (4), vnode_queue (64), default_deadline_ms (2000): overload
 //!               protection, see `admission.rs` — each vnode runs at most vnode_concurrency engine
 //!               calls at once and queues at most vnode_queue more; a request that cannot start
@@ -61,6 +63,7 @@ pub struct NodeConfig {
     pub membership: MembershipSection,
     pub limits: LimitsSection,
     pub handoff: HandoffSection,
+    pub aae: AaeSection,
     /// Request defaults per bucket type, as written (see [`NodeConfig::bucket_types`]).
     pub bucket_types: std::collections::BTreeMap<String, toml::Table>,
 }
@@ -163,6 +166,23 @@ impl Default for HandoffSection {
     }
 }
 
+/// AAE exchanges between replicas (see `aae_exchange.rs`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AaeSection {
+    /// Seconds between the starts of this member's exchange rounds (each round compares every
+    /// preflist this member leads with its replicas, one at a time); 0: only when asked.
+    pub exchange_interval_secs: u64,
+}
+
+impl Default for AaeSection {
+    fn default() -> Self {
+        AaeSection {
+            exchange_interval_secs: 3600,
+        }
+    }
+}
+
 /// Overload protection (see `admission.rs`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -256,6 +276,7 @@ impl Default for NodeConfig {
             membership: MembershipSection::default(),
             limits: LimitsSection::default(),
             handoff: HandoffSection::default(),
+            aae: AaeSection::default(),
             bucket_types: Default::default(),
         }
     }

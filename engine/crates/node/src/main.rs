@@ -3,6 +3,7 @@
 // tonic::Status is the error type of every gRPC handler; boxing it everywhere buys nothing.
 #![allow(clippy::result_large_err)]
 
+mod aae_exchange;
 mod admin;
 mod admission;
 mod cli;

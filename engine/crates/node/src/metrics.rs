@@ -43,9 +43,16 @@ pub struct Metrics {
     /// Vnodes by state (`active`: this node owns the partition; `handoff`: not owned and holding
     /// objects still to hand to the owner; `idle`: not owned and empty), set by every handoff pass.
     pub vnodes: IntGaugeVec,
+    /// AAE exchanges this node led, by result ([`EXCHANGE_RESULTS`]).
+    pub aae_exchanges: IntCounterVec,
+    /// Keys AAE exchanges found different between replicas and repaired.
+    pub aae_repairs: IntCounter,
     /// Expiry (Unix seconds) of the certificate the gRPC port serves, when TLS is on.
     pub tls_expiry: Arc<parking_lot::RwLock<Option<f64>>>,
 }
+
+/// The `result` label values of `levee_aae_exchanges_total` (`aae_exchange.rs`).
+pub const EXCHANGE_RESULTS: [&str; 4] = ["in_sync", "repaired", "failed", "skipped"];
 
 /// The states of `levee_vnodes`.
 pub const VNODE_STATES: [&str; 3] = ["active", "handoff", "idle"];
@@ -163,6 +170,24 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(handoff_bytes.clone())).unwrap();
+        let aae_exchanges = IntCounterVec::new(
+            Opts::new(
+                "levee_aae_exchanges_total",
+                "AAE exchanges this node led between the replicas of a preflist, by result",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        for r in EXCHANGE_RESULTS {
+            aae_exchanges.with_label_values(&[r]);
+        }
+        registry.register(Box::new(aae_exchanges.clone())).unwrap();
+        let aae_repairs = IntCounter::new(
+            "levee_aae_repairs_total",
+            "Keys AAE exchanges found different between replicas and repaired",
+        )
+        .unwrap();
+        registry.register(Box::new(aae_repairs.clone())).unwrap();
         let vnode_gauge = IntGaugeVec::new(
             Opts::new(
                 "levee_vnodes",
@@ -227,6 +252,8 @@ impl Metrics {
             rebuild_bytes,
             reaped,
             handoff_bytes,
+            aae_exchanges,
+            aae_repairs,
             vnodes: vnode_gauge,
             tls_expiry,
         }
@@ -426,20 +453,6 @@ impl Collector for EngineCollector {
                 "Duration of the longest last AAE rebuild of a vnode",
                 GAUGE,
                 one(max(&|s| s.aae_rebuild_seconds)),
-            ),
-            // Exchanges and repairs arrive with AAE exchange (the ring-changes issue); until
-            // then they stay at zero.
-            family(
-                "levee_aae_exchanges_total",
-                "AAE exchanges with replicas",
-                COUNTER,
-                vec![(vec![("result", "ok")], 0.0)],
-            ),
-            family(
-                "levee_aae_repairs_total",
-                "Keys repaired by AAE",
-                COUNTER,
-                one(0.0),
             ),
             family(
                 "levee_members",

@@ -214,7 +214,7 @@ impl Replicas {
         res
     }
 
-    fn store(&self, partition: u32) -> Result<&Arc<Store>, Status> {
+    pub(crate) fn store(&self, partition: u32) -> Result<&Arc<Store>, Status> {
         self.vnodes.stores.get(partition as usize).ok_or_else(|| {
             Status::invalid_argument(format!(
                 "partition {partition} is not in this node's ring of {}",
@@ -962,6 +962,26 @@ impl pb::node_server::Node for NodeService {
             })
             .await?;
         Ok(Response::new(out))
+    }
+
+    async fn exchange_tree(
+        &self,
+        req: Request<pb::ExchangeTreeRequest>,
+    ) -> Result<Response<pb::ExchangeTreeResponse>, Status> {
+        let q = req.into_inner();
+        let segments = (!q.segments.is_empty()).then_some(q.segments);
+        let share = crate::aae_exchange::local_share(
+            &self.replicas,
+            q.partition,
+            q.key_partition,
+            q.segment_count,
+            segments,
+        )
+        .await?;
+        Ok(Response::new(pb::ExchangeTreeResponse {
+            leaves: share.leaves,
+            keys: crate::admin::segment_keys_response(share.keys).keys,
+        }))
     }
 
     async fn merge_replica(

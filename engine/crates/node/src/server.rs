@@ -126,12 +126,16 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         ))
         .run(),
     );
+    tokio::spawn(crate::aae_exchange::run_schedule(
+        coordinator.clone(),
+        Duration::from_secs(cfg.aae.exchange_interval_secs),
+    ));
     let node = NodeService {
         replicas,
         transitions,
     };
     let kv = KvService {
-        coordinator,
+        coordinator: coordinator.clone(),
         metrics: metrics.clone(),
     };
     log::info!(
@@ -150,6 +154,7 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         }
         .to_string(),
         started: Instant::now(),
+        coordinator,
     };
     let max = cfg.max_message_bytes;
     // HTTP/2 windows well above the 64 KiB default: many concurrent 8-16 KB values per

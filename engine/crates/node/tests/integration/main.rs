@@ -2,6 +2,7 @@
 //! (each file as its own binary compiled the shared helpers and client code again and linked
 //! again: that was most of `make test`'s Rust build time).
 
+mod aae_exchange;
 mod cluster_faults;
 mod cluster_kv;
 mod cluster_tls;

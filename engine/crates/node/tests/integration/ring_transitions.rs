@@ -6,6 +6,7 @@
 //! every remaining member. Foreground throughput per phase and the bytes moved are printed.
 
 use crate::common;
+use common::cluster::nodes_of;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -86,16 +87,6 @@ fn ring_log(dir: &std::path::Path, nodes: &[(String, String, String)]) -> String
         }
     }
     out
-}
-
-/// "name address metrics pid" lines of the harness.
-fn nodes_of(out: &str) -> Vec<(String, String, String)> {
-    out.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f[0].to_string(), f[1].to_string(), f[2].to_string())
-        })
-        .collect()
 }
 
 struct Phase {

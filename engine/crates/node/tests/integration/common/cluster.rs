@@ -91,6 +91,17 @@ pub async fn converged(addrs: &[(String, String)], key: &str) -> SiblingSet {
     }
 }
 
+/// (name, gRPC address, metrics address) of each node, from the harness's "name address metrics
+/// pid" lines.
+pub fn nodes_of(out: &str) -> Vec<(String, String, String)> {
+    out.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
 /// `up` three nodes in `dir` with ring 16 and n_val 3, and `extra` options: the script's output
 /// (a line per node: name, gRPC address, metrics address).
 pub fn up3(dir: &str, extra: &[&str]) -> String {

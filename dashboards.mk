@@ -47,7 +47,7 @@ dashboards-gen:
 
 dashboards-levee:
 ifeq ($(LEVEE_BIN),$(DASHBOARDS_ROOT)/engine/target/release/levee)
-	cd $(DASHBOARDS_ROOT)/engine && $(CARGO) build --release -p levee-node --bin levee
+	CARGO=$(CARGO) $(DASHBOARDS_ROOT)/hack/fresh-bin.sh $(LEVEE_BIN) -p levee-node --bin levee
 endif
 
 dashboards-test: $(DASHBOARD_LINTER) dashboards-deps dashboards-levee

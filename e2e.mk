@@ -45,8 +45,9 @@ e2e-up:
 e2e-down:
 	$(E2E_KUBE)/down.sh
 
-## e2e-images: the node and operator images (image.mk) and the levee-bench load image (bench.mk's build)
-e2e-images: image bench-build
+## e2e-images: the node and operator images (image.mk) and the levee-bench load image (make test's release build of levee-bench, hack/fresh-bin.sh)
+e2e-images: image bench-deps
+	CARGO=$(CARGO) $(E2E_ROOT)/hack/fresh-bin.sh $(E2E_BENCH_BIN) -p levee-bench
 	$(E2E_KUBE)/images.sh bench $(E2E_BENCH_BIN)
 
 ## e2e-vet: go vet + gofmt of the e2e module, shellcheck of the cluster scripts

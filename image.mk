@@ -40,7 +40,7 @@ OPERATOR_IMAGE_BIN := $(IMAGE_ROOT)/operator/bin/manager-linux-amd64
 
 ## image-binary: the release levee binary (cargo's, as make test builds it), stripped into out/image/levee
 image-binary:
-	cd $(IMAGE_ROOT)/engine && $(CARGO) build --release -p levee-node
+	CARGO=$(CARGO) $(IMAGE_ROOT)/hack/fresh-bin.sh $(IMAGE_BUILT_BIN) -p levee-node --bin levee
 	@mkdir -p $(dir $(IMAGE_BIN))
 	objcopy --strip-all $(IMAGE_BUILT_BIN) $(IMAGE_BIN).tmp && mv $(IMAGE_BIN).tmp $(IMAGE_BIN)
 

@@ -6,7 +6,7 @@ use crate::common;
 
 use levee_proto::v1 as pb;
 
-use common::cluster::{nodes_of, replicas, Down};
+use common::cluster::{nodes_of, preflist, replicas, Down};
 use common::load::{key, lazy, metric, quorum, sibling_values};
 
 const KEYS: usize = 200;
@@ -37,24 +37,6 @@ async fn metric_sum(nodes: &[(String, String, String)], name: &str) -> f64 {
         sum += metric(m, name).await;
     }
     sum
-}
-
-/// The replica of `k` on the second partition of its preflist: (its partition, the owner's
-/// gRPC address).
-async fn second_replica(nodes: &[(String, String, String)], k: &str) -> (u32, String) {
-    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", nodes[0].1))
-        .await
-        .unwrap();
-    let m = admin
-        .members(pb::MembersRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let ring = levee_cluster::RingSize::new(m.ring_size).unwrap();
-    let p = (levee_cluster::partition_of(b"b", k.as_bytes(), ring) + 1) % m.ring_size;
-    let owner = &m.owners[p as usize];
-    let addr = nodes.iter().find(|(n, _, _)| n == owner).unwrap().1.clone();
-    (p, addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -110,7 +92,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
         } else {
             Vec::new()
         };
-        let (p, addr) = second_replica(&nodes, &k).await;
+        let (p, addr) = preflist(&addrs, &k).await.swap_remove(1);
         let mut node = pb::node_client::NodeClient::connect(format!("http://{addr}"))
             .await
             .unwrap();

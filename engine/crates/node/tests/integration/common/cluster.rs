@@ -42,9 +42,9 @@ impl Drop for Down {
     }
 }
 
-/// Every replica's sibling set of (b, key), through each node's `Node` service: the preflist
-/// partitions of the key, each asked of the node that owns it.
-pub async fn replicas(addrs: &[(String, String)], key: &str) -> Vec<SiblingSet> {
+/// The preflist of (b, key) as the members report their ring: (partition, gRPC address of its
+/// owner) for each of its n_val partitions.
+pub async fn preflist(addrs: &[(String, String)], key: &str) -> Vec<(u32, String)> {
     let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", addrs[0].1))
         .await
         .unwrap();
@@ -55,11 +55,20 @@ pub async fn replicas(addrs: &[(String, String)], key: &str) -> Vec<SiblingSet> 
         .into_inner();
     let ring = levee_cluster::RingSize::new(m.ring_size).unwrap();
     let first = levee_cluster::partition_of(b"b", key.as_bytes(), ring);
+    (0..m.n_val)
+        .map(|i| {
+            let p = (first + i) % m.ring_size;
+            let owner = &m.owners[p as usize];
+            (p, addrs.iter().find(|(n, _)| n == owner).unwrap().1.clone())
+        })
+        .collect()
+}
+
+/// Every replica's sibling set of (b, key), through each node's `Node` service: the preflist
+/// partitions of the key, each asked of the node that owns it.
+pub async fn replicas(addrs: &[(String, String)], key: &str) -> Vec<SiblingSet> {
     let mut out = Vec::new();
-    for i in 0..m.n_val {
-        let p = (first + i) % m.ring_size;
-        let owner = &m.owners[p as usize];
-        let addr = &addrs.iter().find(|(n, _)| n == owner).unwrap().1;
+    for (p, addr) in preflist(addrs, key).await {
         let mut node = NodeClient::connect(format!("http://{addr}")).await.unwrap();
         let h = node
             .head_replica(pb::ReplicaKey {

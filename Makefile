@@ -8,6 +8,13 @@ CARGO ?= cargo
 ENGINE := engine
 CRASH_KILLS ?= 50
 
+# Every Go build and test here (operator, its image, kube-apiserver and the e2e cluster's binaries,
+# helm, the dashboards' tools, the e2e tests) uses the same settings, so Go's build cache compiles a
+# package shared between them (the standard library, client-go, apimachinery, ...) once: no cgo
+# (static binaries) and -trimpath (no clone path in what is built; the operator image is reproducible).
+export CGO_ENABLED := 0
+export GOFLAGS := -trimpath $(filter-out -trimpath,$(GOFLAGS))
+
 .PHONY: all deps sys-deps build test demo cluster-demo bench-cluster demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
         manifests engine-test operator-test terraform-test clean
 

@@ -2,18 +2,19 @@
 # Build (once) the binaries the e2e cluster runs and cache them OUTSIDE the clone:
 #   $LEVEE_CACHE/k8s/<KUBE_VERSION>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy}
 #       from the wrapper module operator/hack/k8s-bins (Go module proxy; ~8 min cold on 2 cores)
-#   $LEVEE_CACHE/bin/coredns-<COREDNS_VERSION>   go install github.com/coredns/coredns (~70 s cold)
+#   $LEVEE_CACHE/bin/coredns-<COREDNS_VERSION>-<build id>   CoreDNS with the Corefile's plugins only, from the
+#       wrapper module e2e/kube/coredns (~2 min cold; the id is a hash of that module, env.sh)
+# Built with CGO_ENABLED=0 and -trimpath like every Go build of make test (Makefile), so the packages
+# they share with the operator's kube-apiserver and tests come from Go's build cache.
 # A binary already in the cache is not rebuilt. Builds run under `nice` (other work shares the cores).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-LEVEE_CACHE=${LEVEE_CACHE:-$HOME/.cache/levee}
-KUBE_VERSION=${KUBE_VERSION:-v1.31.4}
-COREDNS_VERSION=${COREDNS_VERSION:-v1.11.3}
+# shellcheck source=e2e/kube/env.sh
+. "$here/env.sh"
 GO=${GO:-go}
 NICE=${NICE:-nice -n 10}
-k8s_dir=$LEVEE_CACHE/k8s/$KUBE_VERSION
-bin_dir=$LEVEE_CACHE/bin
+k8s_dir=$K8S_BIN
 
 say() { printf '\033[1me2e-build:\033[0m %s\n' "$*"; }
 
@@ -23,7 +24,7 @@ pinned=$(sed -n 's/^require k8s.io\/kubernetes \(v[^ ]*\)$/\1/p' "$here/../../op
 minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 
-mkdir -p "$k8s_dir" "$bin_dir"
+mkdir -p "$k8s_dir" "$(dirname "$COREDNS_BIN")"
 todo=()
 for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
   [ -x "$k8s_dir/$c" ] || todo+=("$c")
@@ -41,21 +42,21 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
   say "building ${pkgs[*]##*/} $KUBE_VERSION into $k8s_dir (cold: several minutes)"
   start=$SECONDS
   tmp=$(mktemp -d "$k8s_dir/.build.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
-  (cd "$here/../../operator/hack/k8s-bins" && $NICE "$GO" build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+  (cd "$here/../../operator/hack/k8s-bins" && CGO_ENABLED=0 $NICE "$GO" build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
   for p in "${pkgs[@]}"; do mv "$tmp/${p##*/}" "$k8s_dir/"; done
   say "built in $((SECONDS - start)) s"
 else
   say "kubernetes $KUBE_VERSION binaries cached in $k8s_dir"
 fi
 
-coredns=$bin_dir/coredns-$COREDNS_VERSION
-if [ ! -x "$coredns" ]; then
-  say "building coredns $COREDNS_VERSION (cold: ~70 s)"
+pinned=$(sed -n 's/^require github.com\/coredns\/coredns \(v[^ ]*\)$/\1/p' "$here/coredns/go.mod")
+[ "$pinned" = "$COREDNS_VERSION" ] || { echo "e2e/kube/coredns pins coredns $pinned, not COREDNS_VERSION=$COREDNS_VERSION" >&2; exit 1; }
+if [ ! -x "$COREDNS_BIN" ]; then
+  say "building coredns $COREDNS_VERSION with the e2e Corefile's plugins (cold: ~2 min)"
   start=$SECONDS
-  tmp2=$(mktemp -d); trap 'rm -rf "$tmp2" ${tmp:+"$tmp"}' EXIT
-  (cd "$tmp2" && CGO_ENABLED=0 GOBIN="$tmp2/bin" $NICE "$GO" install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION")
-  mv "$tmp2/bin/coredns" "$coredns"
+  (cd "$here/coredns" && CGO_ENABLED=0 $NICE "$GO" build -mod=readonly -trimpath -ldflags "-s -w" -o "$COREDNS_BIN.tmp.$$" .)
+  mv "$COREDNS_BIN.tmp.$$" "$COREDNS_BIN"
   say "built in $((SECONDS - start)) s"
 else
-  say "coredns cached at $coredns"
+  say "coredns cached at $COREDNS_BIN"
 fi

@@ -6,7 +6,10 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.11.3}
 # Everything the cluster writes lives here; e2e-down removes it.
 E2E_RUN=${E2E_RUN:-$LEVEE_CACHE/e2e/run}
 K8S_BIN=$LEVEE_CACHE/k8s/$KUBE_VERSION
-COREDNS_BIN=$LEVEE_CACHE/bin/coredns-$COREDNS_VERSION
+# CoreDNS is built from the wrapper module e2e/kube/coredns (the Corefile's plugins only); the name
+# carries a hash of that module so a changed plugin list builds a new binary.
+COREDNS_BUILD_ID=$(cat "$(dirname "${BASH_SOURCE[0]}")"/coredns/{go.mod,go.sum,main.go} | sha256sum | cut -c1-12)
+COREDNS_BIN=$LEVEE_CACHE/bin/coredns-$COREDNS_VERSION-$COREDNS_BUILD_ID
 IMAGES=$LEVEE_CACHE/e2e/images
 KUBECONFIG_FILE=$E2E_RUN/kubeconfig
 NODE_NAME=levee-e2e

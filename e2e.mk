@@ -9,7 +9,8 @@
 #                    and levee-bench images, helm install charts/levee-operator, apply the NVMe sample
 #                    (3 members, resources scaled to this machine), wait Available, a 60 s in-cluster
 #                    levee-bench Job against the client Service (results in out/e2e/smoke/), one compaction
-#                    Job created from the CronJob; then e2e-down (E2E_KEEP=1 keeps the cluster up).
+#                    Job created from the CronJob, a member replaced (kv.levee.io/replace-member) and
+#                    rebuilt; then e2e-down (E2E_KEEP=1 keeps the cluster up).
 #                    Part of make test.
 #   make e2e-full    (make e2e) every scenario, e2e/full_test.go: also cert-manager and the Prometheus
 #                    Operator (e2e/addons, built once), Prometheus targets and rules, compaction and AAE
@@ -67,7 +68,7 @@ define e2e-run
 	  echo "$@: rc=$$rc in $$((SECONDS - start)) s"; exit $$rc
 endef
 
-## e2e-smoke: up -> images -> helm install -> KVCluster Available -> 60 s load -> compaction Job -> down
+## e2e-smoke: up -> images -> helm install -> KVCluster Available -> 60 s load -> compaction Job -> replace a member -> down
 e2e-smoke: e2e-images helm e2e-vet
 	$(call e2e-run,TestSmoke,30m)
 

@@ -4,9 +4,10 @@
 // cluster of e2e/kube, the images imported into the node's containerd, `helm install` of
 // charts/levee-operator, the NVMe sample KVCluster (3 members; requests scaled down to fit a
 // 2-core node) until Available, a levee-bench Job against the client Service for E2E_LOAD_SECONDS
-// (60) with its results in out/e2e/smoke, and one compaction Job created from the operator's
-// CronJob. The full set of scenarios is TestFull (full_test.go, make e2e). On failure the
-// cluster's state is dumped into out/e2e/smoke/diagnostics.
+// (60) with its results in out/e2e/smoke, one compaction Job created from the operator's
+// CronJob, and the replacement of member 2 (kv.levee.io/replace-member: a new volume, rebuilt from
+// the other replicas, keys read back; replace_test.go). The full set of scenarios is TestFull
+// (full_test.go, make e2e). On failure the cluster's state is dumped into out/e2e/smoke/diagnostics.
 package e2e
 
 import (
@@ -40,6 +41,9 @@ func TestSmoke(t *testing.T) {
 		if strings.Count(logs, "partition(s) done") != 3 {
 			t.Fatalf("want one compaction summary per member (3):\n%s", logs)
 		}
+	})
+	e.step("replace member orders-2 (annotation): new PVC and pod, rebuilt from its replicas, keys read back", func() {
+		e.replaceMember(nvmeCluster, nvmeCluster+"-2")
 	})
 }
 

@@ -64,8 +64,11 @@ type KVClusterReconciler struct {
 // create when they do not exist yet) and read from the cache (list, watch); only CronJobs
 // (pruning), maintenance Jobs (dropping expired ones), the ServiceMonitor (monitoring turned off)
 // and the PrometheusRule earlier versions created (get and delete only: the rules now ship with
-// the Helm chart) are ever deleted. Nothing is written with update. KVClusters are patched only
-// by the autoscaler (spec.replicas, guarded by a JSON-patch test of the value it read).
+// the Helm chart) are ever deleted, and a member's pod and PVC when a user asks for its
+// replacement (ReplaceMemberAnnotation; pods, PVCs and nodes are read uncached, only then).
+// Nothing is written with update. KVClusters are patched only
+// by the autoscaler (spec.replicas, guarded by a JSON-patch test of the value it read) and to
+// remove a handled ReplaceMemberAnnotation (guarded the same way).
 // kvclusters/finalizers update: setting blockOwnerDeletion on children requires it.
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=kv.levee.io,resources=kvclusters/status,verbs=patch
@@ -80,6 +83,9 @@ type KVClusterReconciler struct {
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;certificates,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
 
 // Reconcile is a thin wrapper: apply children, compute status, patch status once.
@@ -98,6 +104,11 @@ func (r *KVClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	orig := c.DeepCopy()
 	kvv1.SetDefaults(&c) // the API server already defaulted; this guards builders against old objects
+	if member, ok := c.Annotations[ReplaceMemberAnnotation]; ok {
+		if err := r.replaceMember(ctx, &c, member); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 
 	// The autoscaler first: its verdict may defer maintenance Jobs this reconcile would resume.
 	var scaled *AutoscaleOutcome

@@ -94,11 +94,12 @@ const (
 	metricVnodes           = "levee_vnodes"
 	metricPartitionsToSend = "levee_transition_partitions_to_send"
 	metricTransitionBytes  = "levee_transition_bytes_sent"
+	metricRebuildPending   = "levee_rebuild_partitions_pending"
 )
 
 // ReportMetrics are the node metrics a MemberReport needs; the metric-contract test checks
 // that docs/metrics.md lists them.
-var ReportMetrics = []string{metricListVersion, metricRoutingVersion, metricVnodes, metricPartitionsToSend, metricTransitionBytes}
+var ReportMetrics = []string{metricListVersion, metricRoutingVersion, metricVnodes, metricPartitionsToSend, metricTransitionBytes, metricRebuildPending}
 
 // ParseMemberReport reads a member's report from its Prometheus text exposition. Every metric
 // of ReportMetrics must be there: a node too old to report its transition is not taken for one
@@ -116,13 +117,13 @@ func ParseMemberReport(body io.Reader) (MemberReport, error) {
 		}
 		return value(f.Metric[0]), nil
 	}
-	var v [4]float64
-	for i, name := range []string{metricListVersion, metricRoutingVersion, metricPartitionsToSend, metricTransitionBytes} {
+	var v [5]float64
+	for i, name := range []string{metricListVersion, metricRoutingVersion, metricPartitionsToSend, metricTransitionBytes, metricRebuildPending} {
 		if v[i], err = one(name); err != nil {
 			return MemberReport{}, err
 		}
 	}
-	r := MemberReport{ListVersion: int64(v[0]), RoutingVersion: int64(v[1]), PartitionsToSend: int32(v[2]), BytesSent: int64(v[3])}
+	r := MemberReport{ListVersion: int64(v[0]), RoutingVersion: int64(v[1]), PartitionsToSend: int32(v[2]), BytesSent: int64(v[3]), RebuildPending: int32(v[4])}
 	f, ok := fams[metricVnodes]
 	if !ok {
 		return MemberReport{}, fmt.Errorf("the node does not export %s", metricVnodes)

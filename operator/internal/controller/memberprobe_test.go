@@ -26,6 +26,8 @@ levee_transition_bytes_sent 123456
 levee_vnodes{state="active"} 12
 levee_vnodes{state="handoff"} 2
 levee_vnodes{state="idle"} 50
+# TYPE levee_rebuild_partitions_pending gauge
+levee_rebuild_partitions_pending 4
 `
 
 func TestParseMemberReport(t *testing.T) {
@@ -33,12 +35,12 @@ func TestParseMemberReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := MemberReport{ListVersion: 7, RoutingVersion: 6, VnodesActive: 12, VnodesHandoff: 2, PartitionsToSend: 3, BytesSent: 123456}
+	want := MemberReport{ListVersion: 7, RoutingVersion: 6, VnodesActive: 12, VnodesHandoff: 2, PartitionsToSend: 3, BytesSent: 123456, RebuildPending: 4}
 	if r != want {
 		t.Errorf("report %+v, want %+v", r, want)
 	}
 	// A node without one of the metrics is not taken for one that finished its transition.
-	for _, drop := range []string{"levee_ring_routing_list_version 6", "levee_transition_bytes_sent 123456", `levee_vnodes{state="handoff"} 2`} {
+	for _, drop := range []string{"levee_ring_routing_list_version 6", "levee_transition_bytes_sent 123456", `levee_vnodes{state="handoff"} 2`, "levee_rebuild_partitions_pending 4"} {
 		_, err := ParseMemberReport(strings.NewReader(strings.Replace(reportText, drop, "", 1)))
 		name, _, _ := strings.Cut(drop, " ")
 		name, _, _ = strings.Cut(name, "{")

@@ -43,6 +43,9 @@ type MemberReport struct {
 	// (levee_transition_bytes_sent) in the member's current transition.
 	PartitionsToSend int32
 	BytesSent        int64
+	// RebuildPending (levee_rebuild_partitions_pending): vnodes still rebuilding after the member
+	// came back with an empty data directory (docs/cluster.md §8).
+	RebuildPending int32
 }
 
 // RingInput is what PlanRing decides from.

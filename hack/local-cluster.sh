@@ -5,6 +5,7 @@
 #
 #   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
 #                             [--handoff-bytes-per-sec B] [--aae-exchange-secs S]
+#                             [--journal-segment-bytes B]
 #                                   start n1..nN; prints one line per node: name address metrics pid
 #   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
 #   local-cluster.sh add DIR NAME   prepare a new node (n1's config, free ports; not started,
@@ -23,7 +24,7 @@ bin=${LEVEE_BIN:-$here/engine/target/release/levee}
 die() { echo "local-cluster: $*" >&2; exit 1; }
 # alive PID: running and not a zombie (an orphan's zombie may wait for a reaper that never comes)
 alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
-usage() { sed -n '2,19p' "$0" >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" >&2; exit 2; }
 
 # free_port: a port nothing listens on now, chosen below the kernel's ephemeral range. A port
 # from bind(0) is an ephemeral one, which the kernel hands to the next outgoing connection of any
@@ -113,7 +114,7 @@ case "$cmd" in
   up)
     [ $# -ge 2 ] || usage
     dir=$1 n=$2; shift 2
-    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate= aae_exchange=
+    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate='' aae_exchange='' segment_bytes=1073741824
     while [ $# -gt 0 ]; do
       case "$1" in
         --ring-size) ring=$2; shift 2 ;;
@@ -122,6 +123,7 @@ case "$cmd" in
         --delete-delay-secs) delete_delay=$2; shift 2 ;;
         --handoff-bytes-per-sec) handoff_rate=$2; shift 2 ;;
         --aae-exchange-secs) aae_exchange=$2; shift 2 ;;
+        --journal-segment-bytes) segment_bytes=$2; shift 2 ;;
         *) die "unknown option $1" ;;
       esac
     done
@@ -149,6 +151,7 @@ conflict = "siblings"
 [engine]
 sync_on_write = $sync
 aae_segments = 4096
+journal_segment_bytes = $segment_bytes
 EOF
         [ -z "$handoff_rate" ] || printf '[handoff]\nmax_bytes_per_sec = %s\n' "$handoff_rate" >> "$dir/$name/levee.toml"
         [ -z "$aae_exchange" ] || printf '[aae]\nexchange_interval_secs = %s\n' "$aae_exchange" >> "$dir/$name/levee.toml"

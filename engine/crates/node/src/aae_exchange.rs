@@ -375,7 +375,9 @@ pub async fn local_share(
 
 /// Bring every replica of (bucket, key) up to the merge of all of them: each replica's object is
 /// merged into every replica whose sibling set differs. A replica whose object cannot be read
-/// (its value missing from the journal) only receives. Returns the replicas sent to.
+/// only receives; when it answered DATA_LOSS (its value is missing from the journal) the first
+/// object it receives is rewritten there even if its sibling set is the same, so the value is
+/// back. Returns the replicas sent to.
 async fn repair(
     c: &Arc<Coordinator>,
     view: &ClusterView,
@@ -391,6 +393,10 @@ async fn repair(
             .map(|t| c.get_replica(view, t, bucket.to_vec(), key.to_vec(), deadline)),
     )
     .await;
+    let lost: Vec<bool> = fetched
+        .iter()
+        .map(|r| matches!(r, Err(s) if s.code() == tonic::Code::DataLoss))
+        .collect();
     let objects: Vec<Option<Arc<Object>>> = fetched
         .into_iter()
         .map(|r| r.ok().map(|s| Arc::new(s.object)))
@@ -404,6 +410,7 @@ async fn repair(
     }
     let mut sent = 0;
     for (j, t) in targets.iter().enumerate() {
+        let mut rewrite = lost[j];
         for (i, from) in objects.iter().enumerate() {
             let Some(from) = from else { continue };
             if i == j || from.siblings.is_empty() {
@@ -415,17 +422,14 @@ async fn repair(
             {
                 continue;
             }
-            c.merge_replica(
-                view,
-                t,
-                bucket.to_vec(),
-                key.to_vec(),
-                from.clone(),
-                policy,
-                Vec::new(),
-                deadline,
-            )
-            .await?;
+            let (b, k) = (bucket.to_vec(), key.to_vec());
+            if std::mem::take(&mut rewrite) {
+                c.rewrite_replica(view, t, b, k, from.clone(), policy, deadline)
+                    .await?;
+            } else {
+                c.merge_replica(view, t, b, k, from.clone(), policy, Vec::new(), deadline)
+                    .await?;
+            }
             sent += 1;
         }
     }

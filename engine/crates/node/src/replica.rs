@@ -333,7 +333,7 @@ impl Replicas {
     }
 
     /// Merge `incoming` into the replica and store the result (nothing is written when the replica
-    /// already covers it). Returns the object as stored.
+    /// already covers it, unless `mode` is `Rewrite`). Returns the object as stored.
     #[allow(clippy::too_many_arguments)]
     pub fn merge(
         &self,
@@ -343,7 +343,7 @@ impl Replicas {
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
-        forward: bool,
+        mode: MergeMode,
     ) -> Result<Stored, Status> {
         let _key = self.lock(partition, bucket, key).lock();
         let local_set = self.head(partition, bucket, key)?;
@@ -355,13 +355,13 @@ impl Replicas {
             incoming,
             policy,
             index_changes,
-            forward,
+            mode,
         )
     }
 
     /// The merge, with the key's lock held and the replica's sibling set already read. A stored
-    /// write is forwarded when its vnode is moving, unless `forward` is false (it is a ring
-    /// transition's own traffic).
+    /// write is forwarded when its vnode is moving, unless it is a ring transition's own traffic
+    /// (`MergeMode::Transfer`).
     #[allow(clippy::too_many_arguments)]
     fn merge_locked(
         &self,
@@ -372,16 +372,21 @@ impl Replicas {
         incoming: &Object,
         policy: ConflictPolicy,
         index_changes: &[IndexChange],
-        forward: bool,
+        mode: MergeMode,
     ) -> Result<Stored, Status> {
         let local = if merge_needs_local_contents(local_set, &incoming.siblings, policy) {
-            Some(self.get(partition, bucket, key)?.object)
+            match self.get(partition, bucket, key) {
+                Ok(s) => Some(s.object),
+                // Repairing a copy whose value is lost: what the replica held cannot take part.
+                Err(e) if mode == MergeMode::Rewrite && e.code() == tonic::Code::DataLoss => None,
+                Err(e) => return Err(e),
+            }
         } else {
             None
         };
         let merged = object::merge(local_set, local.as_ref(), incoming, policy)
             .map_err(|e| Status::internal(format!("merging a replica: {e}")))?;
-        if merged.siblings == *local_set && index_changes.is_empty() {
+        if merged.siblings == *local_set && index_changes.is_empty() && mode != MergeMode::Rewrite {
             return Ok(Stored {
                 object: merged,
                 sqn: 0,
@@ -398,7 +403,7 @@ impl Replicas {
                 index_changes,
             )
             .map_err(to_status)?;
-        let forwarded = if forward {
+        let forwarded = if mode != MergeMode::Transfer {
             self.forward(partition, bucket, key, &merged)
         } else {
             None
@@ -444,8 +449,35 @@ impl Replicas {
             &new,
             policy,
             index_changes,
-            true,
+            MergeMode::Write,
         )
+    }
+}
+
+/// How a replica takes a merged object (`Replicas::merge`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeMode {
+    /// A write, read repair or AAE repair: stored only when it adds to what the replica holds;
+    /// forwarded to the vnode's next owner while it moves.
+    Write,
+    /// A ring transition's stream or forward: stored like a write, not forwarded on.
+    Transfer,
+    /// An AAE repair of a replica whose own copy cannot be read (its value missing from the
+    /// journal): stored even when the replica holds the same sibling set, so the value is back.
+    Rewrite,
+}
+
+impl MergeMode {
+    /// The mode a `MergeReplica` request asks for.
+    pub fn of_request(transfer: bool, rewrite: bool) -> Result<Self, Status> {
+        match (transfer, rewrite) {
+            (false, false) => Ok(MergeMode::Write),
+            (true, false) => Ok(MergeMode::Transfer),
+            (false, true) => Ok(MergeMode::Rewrite),
+            (true, true) => Err(Status::invalid_argument(
+                "a MergeReplica request is either a transfer or a rewrite, not both",
+            )),
+        }
     }
 }
 
@@ -994,6 +1026,7 @@ impl pb::node_server::Node for NodeService {
         let incoming = object_of(&q.siblings, &q.contents)?;
         let changes = crate::kv::changes_from(q.index_changes)?;
         let policy = policy(q.policy);
+        let mode = MergeMode::of_request(q.transfer, q.rewrite)?;
         let s = self
             .replicas
             .write(k.partition, deadline, move |r| {
@@ -1004,7 +1037,7 @@ impl pb::node_server::Node for NodeService {
                     &incoming,
                     policy,
                     &changes,
-                    !q.transfer,
+                    mode,
                 )
             })
             .await?;
@@ -1014,5 +1047,29 @@ impl pb::node_server::Node for NodeService {
             0,
             s.sqn,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MergeMode;
+
+    #[test]
+    fn a_merge_request_is_a_write_a_transfer_or_a_rewrite() {
+        assert_eq!(
+            MergeMode::of_request(false, false).unwrap(),
+            MergeMode::Write
+        );
+        assert_eq!(
+            MergeMode::of_request(true, false).unwrap(),
+            MergeMode::Transfer
+        );
+        assert_eq!(
+            MergeMode::of_request(false, true).unwrap(),
+            MergeMode::Rewrite
+        );
+        let e = MergeMode::of_request(true, true).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("not both"), "{e:?}");
     }
 }

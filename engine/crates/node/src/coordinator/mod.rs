@@ -30,7 +30,7 @@ use tonic::{Code, Status};
 use crate::membership::ClusterView;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
-use crate::replica::{object_of, Replicas, Stored};
+use crate::replica::{object_of, MergeMode, Replicas, Stored};
 use crate::vnodes::Vnodes;
 
 pub struct Coordinator {
@@ -263,7 +263,25 @@ impl Coordinator {
         deadline: Instant,
     ) -> Result<bool, Status> {
         let o = (object, policy, index_changes);
-        self.merge_into(view, t, bucket, key, o, false, deadline)
+        self.merge_into(view, t, bucket, key, o, MergeMode::Write, deadline)
+            .await
+    }
+
+    /// AAE repair of a replica whose own copy cannot be read (DATA_LOSS: its value is missing from
+    /// the journal): `object` is stored there even if the replica holds the same sibling set.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn rewrite_replica(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        t: &Target,
+        bucket: Vec<u8>,
+        key: Vec<u8>,
+        object: Arc<Object>,
+        policy: ConflictPolicy,
+        deadline: Instant,
+    ) -> Result<bool, Status> {
+        let o = (object, policy, Vec::new());
+        self.merge_into(view, t, bucket, key, o, MergeMode::Rewrite, deadline)
             .await
     }
 
@@ -279,7 +297,7 @@ impl Coordinator {
         deadline: Instant,
     ) -> Result<bool, Status> {
         let o = (object, ConflictPolicy::Siblings, Vec::new());
-        self.merge_into(view, t, bucket, key, o, true, deadline)
+        self.merge_into(view, t, bucket, key, o, MergeMode::Transfer, deadline)
             .await
     }
 
@@ -291,7 +309,7 @@ impl Coordinator {
         bucket: Vec<u8>,
         key: Vec<u8>,
         (object, policy, index_changes): (Arc<Object>, ConflictPolicy, Vec<pb::IndexChange>),
-        transfer: bool,
+        mode: MergeMode,
         deadline: Instant,
     ) -> Result<bool, Status> {
         let p = t.partition;
@@ -299,7 +317,7 @@ impl Coordinator {
             let changes = crate::kv::changes_from(index_changes)?;
             self.replicas
                 .write(p, deadline, move |r| {
-                    r.merge(p, &bucket, &key, &object, policy, &changes, !transfer)
+                    r.merge(p, &bucket, &key, &object, policy, &changes, mode)
                 })
                 .await?;
             return Ok(self.replicas.durable);
@@ -315,7 +333,8 @@ impl Coordinator {
             contents: object.encode_contents(),
             policy: policy_pb(policy),
             index_changes,
-            transfer,
+            transfer: mode == MergeMode::Transfer,
+            rewrite: mode == MergeMode::Rewrite,
         });
         req.set_timeout(remaining(deadline));
         let r = self.observed(t, client.merge_replica(req).await)?;

@@ -31,6 +31,20 @@ async fn exchange_all(nodes: &[(String, String, String)]) -> Vec<pb::ExchangeOut
     out
 }
 
+/// One round over every member that must end with each exchange in sync or repaired: the
+/// exchanges and the keys they repaired.
+async fn repair_round(nodes: &[(String, String, String)]) -> (Vec<pb::ExchangeOutcome>, u32) {
+    let round = exchange_all(nodes).await;
+    let repaired = round.iter().map(|e| e.keys_repaired).sum();
+    assert!(
+        round
+            .iter()
+            .all(|e| e.result == "in_sync" || e.result == "repaired"),
+        "{round:?}"
+    );
+    (round, repaired)
+}
+
 async fn metric_sum(nodes: &[(String, String, String)], name: &str) -> f64 {
     let mut sum = 0.0;
     for (_, _, m) in nodes {
@@ -123,14 +137,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
     }
 
     // One round repairs every diverged key, and says so.
-    let round = exchange_all(&nodes).await;
-    let repaired: u32 = round.iter().map(|e| e.keys_repaired).sum();
-    assert!(
-        round
-            .iter()
-            .all(|e| e.result == "in_sync" || e.result == "repaired"),
-        "{round:?}"
-    );
+    let (round, repaired) = repair_round(&nodes).await;
     let mut still = Vec::new();
     for i in 0..NEWER + ONLY_ONE {
         let k = key(if i < NEWER { i } else { KEYS + i });
@@ -268,5 +275,151 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
     assert!(
         out.status.success() && text.contains("2 exchange(s): 2 in sync"),
         "{out:?}"
+    );
+}
+
+/// A journal segment of one replica deleted (a damaged disk): the keys whose values it held read
+/// DATA_LOSS there while its ledger still names their versions. The replica's tree leaves them
+/// out, so one exchange round lists them, and the repair writes each value back even though the
+/// replica holds the same version vector; the repairs are counted and the next round is in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_exchange_round_restores_values_a_replica_lost_from_its_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap().to_string();
+    let _down = Down(dir.clone());
+    // 16 KiB journal segments: each vnode closes several while the keys go in.
+    let nodes = nodes_of(&common::cluster::up3(
+        &d,
+        &[
+            "--aae-exchange-secs",
+            "0",
+            "--journal-segment-bytes",
+            "16384",
+        ],
+    ));
+    let addrs: Vec<(String, String)> = nodes
+        .iter()
+        .map(|(n, a, _)| (n.clone(), a.clone()))
+        .collect();
+    let value = |i: usize| format!("v{i}-{}", "x".repeat(1000));
+    let mut kv = lazy(&nodes[0].1);
+    for i in 0..KEYS {
+        kv.put(pb::PutRequest {
+            bucket: "b".into(),
+            key: key(i).into(),
+            value: value(i).into(),
+            w: quorum(3),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+
+    // n3 stops cleanly (its ledger persists everything, so open accepts a missing closed
+    // segment), loses the oldest segment of the vnode with the most, and starts again.
+    common::cluster::run(&["kill", &d, "n3", "TERM"]);
+    let data = dir.join("n3").join("data");
+    let mut victim: Option<(std::path::PathBuf, Vec<String>)> = None;
+    for vnode in std::fs::read_dir(&data).unwrap() {
+        let journal = vnode.unwrap().path().join("journal");
+        let Ok(entries) = std::fs::read_dir(&journal) else {
+            continue;
+        };
+        let mut segs: Vec<String> = entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".seg"))
+            .collect();
+        segs.sort();
+        if victim.as_ref().is_none_or(|(_, v)| segs.len() > v.len()) {
+            victim = Some((journal, segs));
+        }
+    }
+    let (journal, segs) = victim.expect("no journal under n3's data directory");
+    assert!(
+        segs.len() >= 3,
+        "too few segments to lose a closed one: {segs:?}"
+    );
+    let id = segs[0].trim_end_matches(".seg").to_string();
+    for e in std::fs::read_dir(&journal).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_stem().is_some_and(|s| s.to_string_lossy() == id) {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    common::cluster::run(&["start", &d, "n3"]);
+
+    // The keys n3 lost: its replica answers DATA_LOSS for them.
+    let n3 = &nodes[2].1;
+    let lost_keys = |addrs: Vec<(String, String)>, n3: String| async move {
+        let mut lost = Vec::new();
+        for i in 0..KEYS {
+            for (p, addr) in preflist(&addrs, &key(i)).await {
+                if addr != n3 {
+                    continue;
+                }
+                let mut node = pb::node_client::NodeClient::connect(format!("http://{addr}"))
+                    .await
+                    .unwrap();
+                let r = node
+                    .get_replica(pb::ReplicaKey {
+                        partition: p,
+                        bucket: "b".into(),
+                        key: key(i).into(),
+                    })
+                    .await;
+                match r {
+                    Err(e) if e.code() == tonic::Code::DataLoss => lost.push(key(i)),
+                    Err(e) => panic!("{}: {e:?}", key(i)),
+                    Ok(_) => {}
+                }
+            }
+        }
+        lost
+    };
+    let lost = lost_keys(addrs.clone(), n3.clone()).await;
+    assert!(
+        !lost.is_empty(),
+        "deleting segment {id} in {journal:?} lost no key"
+    );
+
+    let (round, repaired) = repair_round(&nodes).await;
+    assert_eq!(repaired as usize, lost.len(), "lost {lost:?}; {round:?}");
+    let still = lost_keys(addrs.clone(), n3.clone()).await;
+    assert!(
+        still.is_empty(),
+        "still unreadable on n3 after the round: {still:?}"
+    );
+    // n3 reads each of them from its own replica (r = 1, its own first) with the right value.
+    for k in &lost {
+        let i: usize = k
+            .trim_start_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap();
+        let g = lazy(n3)
+            .get(pb::GetRequest {
+                bucket: "b".into(),
+                key: k.clone().into(),
+                r: quorum(1),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let got: Vec<&[u8]> = g.siblings.iter().map(|s| s.value.as_slice()).collect();
+        assert!(
+            got == [value(i).as_bytes()],
+            "{k} through n3: {:?}",
+            sibling_values(&g)
+        );
+    }
+    assert_eq!(
+        metric_sum(&nodes, "levee_aae_repairs_total").await as usize,
+        lost.len()
+    );
+    let again = exchange_all(&nodes).await;
+    assert!(
+        again.iter().all(|e| e.result == "in_sync"),
+        "second round: {again:?}"
     );
 }

@@ -56,6 +56,7 @@ fn merge_req(k: &str, o: &pb::ReplicaObject, lww: bool) -> pb::MergeReplicaReque
         },
         index_changes: vec![],
         transfer: false,
+        rewrite: false,
     }
 }
 

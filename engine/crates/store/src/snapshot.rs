@@ -438,12 +438,7 @@ fn object_range(bucket: Option<&[u8]>) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
 
 fn read_object(journal: &Journal, view: &View, lk: &[u8], v: &LedgerValue) -> Result<Object> {
     let rec = journal.read_in(&view.segments, v.sqn, lk)?;
-    if rec.value.len() != v.value_size as usize || crc32c::crc32c(&rec.value) != v.value_hash {
-        return Err(Error::Corruption(format!(
-            "value of sqn {} does not match the size/hash the ledger recorded",
-            v.sqn
-        )));
-    }
+    crate::store::check_value(&rec.value, v)?;
     Ok(Object {
         sqn: v.sqn,
         value: rec.value,

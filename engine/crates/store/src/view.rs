@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::journal::segment::Segment;
+use crate::journal::SegmentList;
 use crate::ledger::memtable::Memtable;
 use crate::ledger::sst::{Table, TableIter};
 use crate::ledger::value::LedgerValue;
@@ -17,7 +17,7 @@ pub(crate) struct View {
     pub mems: Vec<Arc<Memtable>>,
     pub version: Arc<Version>,
     pub fence: u64,
-    pub segments: Vec<Arc<Segment>>,
+    pub segments: SegmentList,
 }
 
 type Source = Box<dyn Iterator<Item = Result<(Vec<u8>, LedgerValue)>> + Send>;

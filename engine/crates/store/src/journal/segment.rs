@@ -268,11 +268,7 @@ impl Segment {
     /// Find the record with this SQN. A lazily opened segment reads its index only when `sqn`
     /// falls inside its range.
     pub(crate) fn locate(&self, sqn: u64) -> Result<Option<IdxEntry>> {
-        let search = |idx: &[IdxEntry]| {
-            idx.binary_search_by_key(&sqn, |e| e.sqn)
-                .ok()
-                .map(|i| idx[i])
-        };
+        let search = |idx: &[IdxEntry]| index_lookup(idx, sqn);
         // One read lock on the hot path (a loaded index).
         match &*self.index.read() {
             Index::Loaded(idx) => return Ok(search(idx)),
@@ -309,6 +305,24 @@ impl Segment {
         self.closed.store(true, Ordering::Release);
         Ok(())
     }
+}
+
+/// The entry of `sqn` in an index ordered by SQN. A segment written by the store holds one run
+/// of consecutive SQNs, so the entry is at `sqn - first` — one probe, where a binary search over
+/// a segment's 100,000s of entries missed the cache a dozen times on every GET (7 % of the CPU of
+/// a GET-heavy run, growing with the active segment). A compacted segment has gaps: then, or
+/// when the probe lands elsewhere, the binary search.
+pub(crate) fn index_lookup(idx: &[IdxEntry], sqn: u64) -> Option<IdxEntry> {
+    let first = idx.first()?.sqn;
+    let guess = usize::try_from(sqn.checked_sub(first)?).ok()?;
+    if let Some(e) = idx.get(guess) {
+        if e.sqn == sqn {
+            return Some(*e);
+        }
+    }
+    idx.binary_search_by_key(&sqn, |e| e.sqn)
+        .ok()
+        .map(|i| idx[i])
 }
 
 pub(crate) fn write_index(
@@ -604,4 +618,42 @@ fn classify(
         offset: bad,
         reason,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{index_lookup, IdxEntry};
+
+    fn idx(sqns: &[u64]) -> Vec<IdxEntry> {
+        sqns.iter()
+            .enumerate()
+            .map(|(i, &sqn)| IdxEntry {
+                sqn,
+                offset: i as u64 * 100,
+                len: 100,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn index_lookup_finds_every_sqn_with_and_without_gaps() {
+        let run = idx(&(10..20).collect::<Vec<_>>());
+        let gaps = idx(&[10, 11, 14, 15, 19, 30]); // a compacted segment
+        for (index, present) in [
+            (&run, (10..20).collect::<Vec<u64>>()),
+            (&gaps, vec![10, 11, 14, 15, 19, 30]),
+        ] {
+            for sqn in 0..40 {
+                let got = index_lookup(index, sqn);
+                let want = index.iter().find(|e| e.sqn == sqn).copied();
+                assert_eq!(
+                    got.map(|e| (e.sqn, e.offset)),
+                    want.map(|e| (e.sqn, e.offset)),
+                    "sqn {sqn}"
+                );
+                assert_eq!(got.is_some(), present.contains(&sqn), "sqn {sqn}");
+            }
+        }
+        assert!(index_lookup(&[], 5).is_none());
+    }
 }

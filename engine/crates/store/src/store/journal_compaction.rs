@@ -107,8 +107,9 @@ impl Inner {
         let candidates: Vec<Arc<Segment>> = self
             .journal
             .segments()
-            .into_iter()
+            .iter()
             .take_while(|s| s.is_closed() && s.last_sqn().is_some_and(|l| l <= protected))
+            .cloned()
             .collect();
         let seed = now_micros();
         let scores = candidates

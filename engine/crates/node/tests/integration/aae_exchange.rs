@@ -7,7 +7,7 @@ use crate::common;
 use levee_proto::v1 as pb;
 
 use common::cluster::{nodes_of, preflist, replicas, Down};
-use common::load::{key, lazy, metric, quorum, sibling_values};
+use common::load::{get_r1, key, lazy, metric, quorum, sibling_values};
 
 const KEYS: usize = 200;
 /// Keys given a newer version on one replica only.
@@ -170,16 +170,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
         );
         // Every node, reading one replica (r = 1, its own first), sees the diverged write.
         for (_, addr, _) in &nodes {
-            let g = lazy(addr)
-                .get(pb::GetRequest {
-                    bucket: "b".into(),
-                    key: k.clone().into(),
-                    r: quorum(1),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner();
+            let g = get_r1(addr, &k).await;
             assert_eq!(
                 sibling_values(&g),
                 vec![format!("diverged-{k}")],
@@ -369,7 +360,7 @@ async fn an_exchange_round_restores_values_a_replica_lost_from_its_journal() {
                     })
                     .await;
                 match r {
-                    Err(e) if e.code() == tonic::Code::DataLoss => lost.push(key(i)),
+                    Err(e) if e.code() == tonic::Code::DataLoss => lost.push(i),
                     Err(e) => panic!("{}: {e:?}", key(i)),
                     Ok(_) => {}
                 }
@@ -391,21 +382,9 @@ async fn an_exchange_round_restores_values_a_replica_lost_from_its_journal() {
         "still unreadable on n3 after the round: {still:?}"
     );
     // n3 reads each of them from its own replica (r = 1, its own first) with the right value.
-    for k in &lost {
-        let i: usize = k
-            .trim_start_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .unwrap();
-        let g = lazy(n3)
-            .get(pb::GetRequest {
-                bucket: "b".into(),
-                key: k.clone().into(),
-                r: quorum(1),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
+    for &i in &lost {
+        let k = key(i);
+        let g = get_r1(n3, &k).await;
         let got: Vec<&[u8]> = g.siblings.iter().map(|s| s.value.as_slice()).collect();
         assert!(
             got == [value(i).as_bytes()],

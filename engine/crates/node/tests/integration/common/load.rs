@@ -47,6 +47,20 @@ pub fn lazy(addr: &str) -> KvClient<Channel> {
     )
 }
 
+/// A read of `b`/`key` through the node at `addr` at r = 1 (the coordinator's own replica first).
+pub async fn get_r1(addr: &str, key: &str) -> pb::GetResponse {
+    lazy(addr)
+        .get(pb::GetRequest {
+            bucket: "b".into(),
+            key: key.to_string().into(),
+            r: quorum(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// The values of a read, without their padding.
 pub fn sibling_values(g: &pb::GetResponse) -> Vec<String> {
     g.siblings

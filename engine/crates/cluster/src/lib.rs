@@ -12,6 +12,9 @@
 //! * [`ring::ring_file`] — the ring size recorded in a data directory at first start.
 //! * [`causality`] — dotted version vectors, sibling sets and their merge, last-write-wins,
 //!   tombstones, and the binary encoding of object metadata and client contexts.
+//! * [`index_entries`] — the secondary-index entries an object carries (per live sibling), the
+//!   ledger metadata that stores their union next to the sibling set, and the diff a replica
+//!   applies to its index when a merge changes them.
 //! * [`object`] — a replica's object (sibling set + the contents of its live siblings), how a
 //!   vnode stores it, and the merge a replica applies to an incoming object.
 //! * [`quorum`] — the coordinator's decisions: PUT and GET quorum trackers (`w`/`pw`/`dw`,
@@ -27,6 +30,7 @@
 pub mod causality;
 pub mod coverage;
 pub mod handoff;
+pub mod index_entries;
 pub mod membership;
 pub mod object;
 pub mod quorum;
@@ -47,6 +51,10 @@ pub use coverage::{
 pub use handoff::{
     plan_handoffs, Batch, BatchId, BatchLimit, Handoff, HandoffError, HandoffKey, HandoffLimits,
     HandoffPlan, HandoffState, HandoffStatus, KeySource, Wait,
+};
+pub use index_entries::{
+    apply_edits, decode_ledger_meta, encode_ledger_meta, siblings_bytes, EntriesError, IndexDiff,
+    IndexEdit, IndexTerm, KeyIndexEntry,
 };
 pub use membership::change::{classify_change, MembershipChange};
 pub use membership::members::{Member, MemberList, MembersError};

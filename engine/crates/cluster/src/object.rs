@@ -6,9 +6,12 @@
 //!
 //! ```text
 //! contents  = 'V' 0x01  varint count  (varint meta_len  meta  varint value_len  value) × count
+//!           | 'V' 0x02  varint count  (varint meta_len  meta  varint value_len  value  entries) × count
 //! ```
 //!
-//! one entry per live sibling, in the set's (canonical) order; tombstones have none. Each value's
+//! one entry per live sibling, in the set's (canonical) order; tombstones have none. Version 2
+//! carries each sibling's secondary-index entries (`entries` as in [`crate::index_entries`]); it is
+//! written only when some sibling has entries, so an object without them encodes as before. Each value's
 //! CRC-32C and size must match its sibling's metadata, so a content can never be paired with the
 //! wrong sibling.
 //!
@@ -19,10 +22,12 @@
 //! write that supersedes what the replica had — costs a HEAD, not a GET.
 
 use crate::causality::{ConflictPolicy, SiblingKind, SiblingMeta, SiblingSet};
+use crate::index_entries::{self, KeyIndexEntry};
 use crate::wire::{self, put_varint};
 
 const TAG: u8 = b'V';
 const VERSION: u8 = 1;
+const VERSION_WITH_ENTRIES: u8 = 2;
 
 /// The user's part of one sibling.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,6 +35,9 @@ pub struct Content {
     /// Opaque to levee (the client's `metadata` bytes).
     pub metadata: Vec<u8>,
     pub value: Vec<u8>,
+    /// The key's secondary-index entries as this sibling's write left them (sorted, no
+    /// duplicates; see [`crate::index_entries`]).
+    pub index: Vec<KeyIndexEntry>,
 }
 
 /// A sibling set with the contents of its live siblings, aligned with `siblings.live()`.
@@ -101,15 +109,30 @@ impl Object {
 
     /// The journal value: every live sibling's content, in order.
     pub fn encode_contents(&self) -> Vec<u8> {
-        let mut out = vec![TAG, VERSION];
+        let with_entries = self.contents.iter().any(|c| !c.index.is_empty());
+        let version = if with_entries {
+            VERSION_WITH_ENTRIES
+        } else {
+            VERSION
+        };
+        let mut out = vec![TAG, version];
         put_varint(&mut out, self.contents.len() as u64);
         for c in &self.contents {
             put_varint(&mut out, c.metadata.len() as u64);
             out.extend_from_slice(&c.metadata);
             put_varint(&mut out, c.value.len() as u64);
             out.extend_from_slice(&c.value);
+            if with_entries {
+                index_entries::put_entries(&mut out, &c.index);
+            }
         }
         out
+    }
+
+    /// The key's secondary-index entries on a replica holding this object: the union over its
+    /// live siblings (sorted, no duplicates).
+    pub fn index_entries(&self) -> Vec<KeyIndexEntry> {
+        index_entries::union_of(self.contents.iter().map(|c| c.index.as_slice()))
     }
 }
 
@@ -120,12 +143,15 @@ pub fn decode_contents(bytes: &[u8]) -> Result<Vec<Content>, ObjectError> {
     if r.len() < 2 || r[0] != TAG {
         return Err(bad("not object contents (wrong tag)"));
     }
-    if r[1] != VERSION {
-        return Err(ObjectError::Malformed(format!(
-            "unsupported contents version {}",
-            r[1]
-        )));
-    }
+    let with_entries = match r[1] {
+        VERSION => false,
+        VERSION_WITH_ENTRIES => true,
+        v => {
+            return Err(ObjectError::Malformed(format!(
+                "unsupported contents version {v}"
+            )))
+        }
+    };
     r = &r[2..];
     let n = get_varint(&mut r)?;
     // Each content takes at least two bytes: a count larger than that is damage, not a size.
@@ -136,7 +162,20 @@ pub fn decode_contents(bytes: &[u8]) -> Result<Vec<Content>, ObjectError> {
     for _ in 0..n {
         let metadata = take(&mut r)?;
         let value = take(&mut r)?;
-        out.push(Content { metadata, value });
+        let index = if with_entries {
+            let mut reader = wire::Reader::new(r);
+            let entries = index_entries::read_entries(&mut reader)
+                .map_err(|e| ObjectError::Malformed(e.to_string()))?;
+            r = &r[reader.pos()..];
+            entries
+        } else {
+            Vec::new()
+        };
+        out.push(Content {
+            metadata,
+            value,
+            index,
+        });
     }
     if !r.is_empty() {
         return Err(bad("trailing bytes"));
@@ -211,6 +250,7 @@ mod tests {
         Content {
             metadata: format!("m-{v}").into_bytes(),
             value: v.as_bytes().to_vec(),
+            index: Vec::new(),
         }
     }
 
@@ -312,5 +352,74 @@ mod tests {
         assert!(merged.siblings.is_tombstone_only());
         assert!(merged.contents.is_empty());
         assert_eq!(decode_contents(&merged.encode_contents()).unwrap(), vec![]);
+    }
+
+    fn with_index(o: &Object, terms: &[&str]) -> Object {
+        let mut o = o.clone();
+        for c in &mut o.contents {
+            c.index = terms
+                .iter()
+                .map(|t| {
+                    crate::index_entries::KeyIndexEntry::new(
+                        "t_bin",
+                        crate::index_entries::IndexTerm::Bin(t.as_bytes().to_vec()),
+                    )
+                })
+                .collect();
+        }
+        o
+    }
+
+    #[test]
+    fn index_entries_travel_with_their_siblings_through_a_merge() {
+        let base = Object::default();
+        let a = with_index(
+            &put(&base, &Clock::new(), A, "from-a", 10),
+            &["a", "shared"],
+        );
+        let b = with_index(
+            &put(&base, &Clock::new(), B, "from-b", 20),
+            &["b", "shared"],
+        );
+        // The contents carry the entries (version 2) and decode to the same.
+        let bytes = a.encode_contents();
+        assert_eq!(bytes[1], VERSION_WITH_ENTRIES);
+        assert_eq!(decode_contents(&bytes).unwrap(), a.contents);
+        for cut in 0..bytes.len() {
+            assert!(decode_contents(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        // Concurrent siblings: the key's entries are the union of both.
+        let both = merge(&a.siblings, Some(&a), &b, ConflictPolicy::Siblings).unwrap();
+        let terms: Vec<_> = both.index_entries().into_iter().map(|e| e.term).collect();
+        use crate::index_entries::IndexTerm::Bin;
+        assert_eq!(
+            terms,
+            [
+                Bin(b"a".to_vec()),
+                Bin(b"b".to_vec()),
+                Bin(b"shared".to_vec())
+            ]
+        );
+        // A write that read both supersedes them: only its own entries are left.
+        let clock = update(&both.siblings.context(), &both.siblings, A).unwrap();
+        let c = content("v3");
+        let v3 = with_index(
+            &Object::single(
+                SiblingSet::single(clock, SiblingMeta::for_value(&c.value, 30)),
+                Some(c),
+            )
+            .unwrap(),
+            &["c"],
+        );
+        let merged = merge(&both.siblings, None, &v3, ConflictPolicy::Siblings).unwrap();
+        assert_eq!(merged.index_entries(), v3.index_entries());
+        // Last-write-wins keeps the later sibling's entries only.
+        let lww = merge(&a.siblings, Some(&a), &b, ConflictPolicy::Lww).unwrap();
+        assert_eq!(lww.index_entries(), b.index_entries());
+        // An object without entries still encodes as version 1.
+        assert_eq!(
+            put(&base, &Clock::new(), A, "x", 1).encode_contents()[1],
+            VERSION
+        );
     }
 }

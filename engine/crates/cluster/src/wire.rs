@@ -125,8 +125,23 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of `bytes` from their first byte (no header or trailer checked).
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, pos: 0 }
+    }
+
     pub(crate) fn pos(&self) -> usize {
         self.pos
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    /// Moves past `n` bytes (at most to the end).
+    pub(crate) fn skip(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.bytes.len());
     }
 
     pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, FormatError> {
@@ -138,7 +153,10 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], FormatError> {
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        what: &'static str,
+    ) -> Result<[u8; N], FormatError> {
         let end = self.pos.checked_add(N).filter(|e| *e <= self.bytes.len());
         let end = end.ok_or(FormatError::Truncated { at: self.pos, what })?;
         let mut a = [0u8; N];

@@ -427,7 +427,7 @@ async fn repair(
                 c.rewrite_replica(view, t, b, k, from.clone(), policy, deadline)
                     .await?;
             } else {
-                c.merge_replica(view, t, b, k, from.clone(), policy, Vec::new(), deadline)
+                c.merge_replica(view, t, b, k, from.clone(), policy, deadline)
                     .await?;
             }
             sent += 1;

@@ -171,7 +171,6 @@ impl Handoff {
                     it.key.clone(),
                     it.object.clone(),
                     levee_cluster::ConflictPolicy::Siblings,
-                    Vec::new(),
                     deadline,
                 )
             });

@@ -10,8 +10,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use levee_cluster::{IndexDiff, IndexEdit, IndexTerm, KeyIndexEntry};
 use levee_proto::v1 as pb;
-use levee_store::{IndexChange, Term};
+use levee_store::{IndexChange, IndexOp, Term};
 use tokio_stream::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
@@ -62,6 +63,47 @@ pub(crate) fn changes_from(list: Vec<pb::IndexChange>) -> Result<Vec<IndexChange
             }
         })
         .collect()
+}
+
+/// A client's index changes as edits of the key's entries (`levee_cluster::index_entries`),
+/// after the store's checks of each field and term.
+pub(crate) fn edits_from(list: Vec<pb::IndexChange>) -> Result<Vec<IndexEdit>, Status> {
+    let changes = changes_from(list)?;
+    levee_store::validate_index_changes(&changes).map_err(crate::errors::to_status)?;
+    Ok(changes
+        .into_iter()
+        .map(|c| {
+            let e = KeyIndexEntry::new(c.field, cluster_term(c.term));
+            match c.op {
+                IndexOp::Add => IndexEdit::Add(e),
+                IndexOp::Remove => IndexEdit::Remove(e),
+            }
+        })
+        .collect())
+}
+
+fn cluster_term(t: Term) -> IndexTerm {
+    match t {
+        Term::Int(i) => IndexTerm::Int(i),
+        Term::Bin(b) => IndexTerm::Bin(b),
+    }
+}
+
+/// The store's changes that take a replica's index from one set of a key's entries to another.
+pub(crate) fn store_changes(diff: IndexDiff) -> Vec<IndexChange> {
+    let term = |t: IndexTerm| match t {
+        IndexTerm::Int(i) => Term::Int(i),
+        IndexTerm::Bin(b) => Term::Bin(b),
+    };
+    let removes = diff
+        .remove
+        .into_iter()
+        .map(|e| IndexChange::remove(e.field, term(e.term)));
+    let adds = diff
+        .add
+        .into_iter()
+        .map(|e| IndexChange::add(e.field, term(e.term)));
+    removes.chain(adds).collect()
 }
 
 /// A request's quorum option: `None` takes the bucket type's.
@@ -232,6 +274,7 @@ impl pb::kv_server::Kv for KvService {
                 content: Some(Content {
                     metadata: r.metadata,
                     value: r.value,
+                    index: Vec::new(),
                 }),
                 index_changes: r.index_changes,
                 bucket_type: r.bucket_type,

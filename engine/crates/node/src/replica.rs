@@ -23,9 +23,13 @@ use anyhow::{Context, Result};
 use levee_cluster::causality::{
     decode_siblings, encode_siblings, update, Actor, Clock, ConflictPolicy, SiblingMeta, SiblingSet,
 };
+use levee_cluster::index_entries::{
+    apply_edits, decode_ledger_meta, encode_ledger_meta, siblings_bytes, IndexDiff, IndexEdit,
+    KeyIndexEntry,
+};
 use levee_cluster::object::{self, decode_contents, merge_needs_local_contents, Content, Object};
 use levee_proto::v1 as pb;
-use levee_store::{IndexChange, SnapshotKind, Store};
+use levee_store::{SnapshotKind, Store};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
@@ -34,6 +38,10 @@ use crate::errors::to_status;
 use crate::vnodes::Vnodes;
 
 const STRIPES: usize = 256;
+
+/// The most a key's secondary-index entries may take, encoded (they are stored in its ledger
+/// metadata, which every HEAD reads).
+pub const MAX_KEY_INDEX_BYTES: usize = 256 << 10;
 
 /// Per-vnode actors and key locks.
 pub struct Replicas {
@@ -270,13 +278,17 @@ impl Replicas {
                 key: o.key.clone(),
             });
             if key_partitions.contains(&crate::ring::partition_of(&o.bucket, &o.key, ring)) {
-                // Stored as sent: metadata is the encoded sibling set, the value the encoded
-                // contents (`merge` writes them so); the receiver decodes and checks them.
+                // As stored: the sibling set from the ledger metadata, the value the encoded
+                // contents, with each sibling's index entries (`merge` writes them so); the
+                // receiver decodes and checks them.
                 bytes += (o.object.metadata.len() + o.object.value.len()) as u64;
+                let siblings = siblings_bytes(&o.object.metadata)
+                    .map_err(|e| damaged(partition, e))?
+                    .to_vec();
                 out.objects.push(pb::FoldedObject {
                     bucket: o.bucket,
                     key: o.key,
-                    siblings: o.object.metadata,
+                    siblings,
                     contents: o.object.value,
                 });
             }
@@ -289,11 +301,6 @@ impl Replicas {
         Ok(out)
     }
 
-    /// The replica's sibling set (ledger only).
-    pub fn head(&self, partition: u32, bucket: &[u8], key: &[u8]) -> Result<SiblingSet, Status> {
-        self.head_sqn(partition, bucket, key).map(|(s, _)| s)
-    }
-
     /// The replica's sibling set and the journal sequence number of its object (0: none).
     pub fn head_sqn(
         &self,
@@ -301,13 +308,26 @@ impl Replicas {
         bucket: &[u8],
         key: &[u8],
     ) -> Result<(SiblingSet, u64), Status> {
+        self.head_entries(partition, bucket, key)
+            .map(|(set, _, sqn)| (set, sqn))
+    }
+
+    /// The replica's sibling set, the key's index entries on this replica and the journal
+    /// sequence number of its object (ledger only).
+    fn head_entries(
+        &self,
+        partition: u32,
+        bucket: &[u8],
+        key: &[u8],
+    ) -> Result<(SiblingSet, Vec<KeyIndexEntry>, u64), Status> {
         let store = self.store(partition)?;
         match store.head(bucket, key).map_err(to_status)? {
-            None => Ok((SiblingSet::new(), 0)),
-            Some(h) => Ok((
-                decode_siblings(&h.metadata).map_err(|e| damaged(partition, e))?,
-                h.sqn,
-            )),
+            None => Ok((SiblingSet::new(), Vec::new(), 0)),
+            Some(h) => {
+                let (set, entries) =
+                    decode_ledger_meta(&h.metadata).map_err(|e| damaged(partition, e))?;
+                Ok((set, entries, h.sqn))
+            }
         }
     }
 
@@ -321,7 +341,8 @@ impl Replicas {
                 forwarded: None,
             }),
             Some(o) => {
-                let siblings = decode_siblings(&o.metadata).map_err(|e| damaged(partition, e))?;
+                let (siblings, _) =
+                    decode_ledger_meta(&o.metadata).map_err(|e| damaged(partition, e))?;
                 let contents = decode_contents(&o.value).map_err(|e| damaged(partition, e))?;
                 Ok(Stored {
                     object: Object::new(siblings, contents).map_err(|e| damaged(partition, e))?,
@@ -342,36 +363,28 @@ impl Replicas {
         key: &[u8],
         incoming: &Object,
         policy: ConflictPolicy,
-        index_changes: &[IndexChange],
         mode: MergeMode,
     ) -> Result<Stored, Status> {
         let _key = self.lock(partition, bucket, key).lock();
-        let local_set = self.head(partition, bucket, key)?;
-        self.merge_locked(
-            partition,
-            bucket,
-            key,
-            &local_set,
-            incoming,
-            policy,
-            index_changes,
-            mode,
-        )
+        let (local_set, local_entries, _) = self.head_entries(partition, bucket, key)?;
+        let local = (&local_set, local_entries.as_slice());
+        self.merge_locked(partition, bucket, key, local, incoming, policy, mode)
     }
 
-    /// The merge, with the key's lock held and the replica's sibling set already read. A stored
-    /// write is forwarded when its vnode is moving, unless it is a ring transition's own traffic
-    /// (`MergeMode::Transfer`).
+    /// The merge, with the key's lock held and the replica's sibling set and index entries
+    /// already read. The replica's index follows the merged object: entries of siblings the merge
+    /// drops are removed, those of siblings it brings are added (`levee_cluster::index_entries`).
+    /// A stored write is forwarded when its vnode is moving, unless it is a ring transition's own
+    /// traffic (`MergeMode::Transfer`).
     #[allow(clippy::too_many_arguments)]
     fn merge_locked(
         &self,
         partition: u32,
         bucket: &[u8],
         key: &[u8],
-        local_set: &SiblingSet,
+        (local_set, local_entries): (&SiblingSet, &[KeyIndexEntry]),
         incoming: &Object,
         policy: ConflictPolicy,
-        index_changes: &[IndexChange],
         mode: MergeMode,
     ) -> Result<Stored, Status> {
         let local = if merge_needs_local_contents(local_set, &incoming.siblings, policy) {
@@ -386,7 +399,9 @@ impl Replicas {
         };
         let merged = object::merge(local_set, local.as_ref(), incoming, policy)
             .map_err(|e| Status::internal(format!("merging a replica: {e}")))?;
-        if merged.siblings == *local_set && index_changes.is_empty() && mode != MergeMode::Rewrite {
+        let entries = merged.index_entries();
+        let diff = IndexDiff::between(local_entries, &entries);
+        if merged.siblings == *local_set && diff.is_empty() && mode != MergeMode::Rewrite {
             return Ok(Stored {
                 object: merged,
                 sqn: 0,
@@ -399,8 +414,8 @@ impl Replicas {
                 bucket,
                 key,
                 &merged.encode_contents(),
-                &encode_siblings(&merged.siblings),
-                index_changes,
+                &encode_ledger_meta(&merged.siblings, &entries),
+                &crate::kv::store_changes(diff),
             )
             .map_err(to_status)?;
         let forwarded = if mode != MergeMode::Transfer {
@@ -416,7 +431,9 @@ impl Replicas {
     }
 
     /// A write coordinated at this vnode: a new clock from the client's context and this vnode's
-    /// actor, merged with the replica, stored. Returns the object as stored.
+    /// actor, merged with the replica, stored. The new sibling's index entries are this replica's
+    /// entries for the key with `edits` applied (a tombstone has none). Returns the object as
+    /// stored.
     #[allow(clippy::too_many_arguments)]
     pub fn coordinate_put(
         &self,
@@ -424,15 +441,25 @@ impl Replicas {
         bucket: &[u8],
         key: &[u8],
         context: &Clock,
-        content: Option<Content>,
+        mut content: Option<Content>,
         timestamp_us: u64,
         policy: ConflictPolicy,
-        index_changes: &[IndexChange],
+        edits: &[IndexEdit],
     ) -> Result<Stored, Status> {
         self.store(partition)?; // checks the partition
         let actor = self.actors[partition as usize];
         let _key = self.lock(partition, bucket, key).lock();
-        let local_set = self.head(partition, bucket, key)?;
+        let (local_set, local_entries, _) = self.head_entries(partition, bucket, key)?;
+        if let Some(c) = &mut content {
+            c.index = apply_edits(&local_entries, edits);
+            let size: usize = c.index.iter().map(KeyIndexEntry::encoded_len).sum();
+            if size > MAX_KEY_INDEX_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "the key's index entries would take {size} bytes ({} entries); the limit is {MAX_KEY_INDEX_BYTES}: remove entries in the same write",
+                    c.index.len()
+                )));
+            }
+        }
         let clock = update(context, &local_set, actor)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         let meta = match &content {
@@ -441,14 +468,14 @@ impl Replicas {
         };
         let new = Object::single(SiblingSet::single(clock, meta), content)
             .map_err(|e| Status::internal(e.to_string()))?;
+        let local = (&local_set, local_entries.as_slice());
         self.merge_locked(
             partition,
             bucket,
             key,
-            &local_set,
+            local,
             &new,
             policy,
-            index_changes,
             MergeMode::Write,
         )
     }
@@ -492,11 +519,14 @@ impl Replicas {
         set: &SiblingSet,
     ) -> Result<bool, Status> {
         let _key = self.lock(partition, bucket, key).lock();
-        if self.head(partition, bucket, key)? != *set {
+        let (local_set, entries, _) = self.head_entries(partition, bucket, key)?;
+        if local_set != *set {
             return Ok(false);
         }
+        // The key's index entries go with it (a handed-off replica leaves none behind).
+        let changes = crate::kv::store_changes(IndexDiff::between(&entries, &[]));
         self.store(partition)?
-            .delete(bucket, key, &[], &[])
+            .delete(bucket, key, &[], &changes)
             .map_err(to_status)?;
         Ok(true)
     }
@@ -533,8 +563,9 @@ impl Replicas {
             let wanted = key_partitions.is_empty() || key_partitions.contains(&p);
             if wanted {
                 let live = match snap.head(bucket, &k).map_err(to_status)? {
-                    Some(h) => !decode_siblings(&h.metadata)
+                    Some(h) => !decode_ledger_meta(&h.metadata)
                         .map_err(|e| damaged(partition, e))?
+                        .0
                         .is_tombstone_only(),
                     None => false,
                 };
@@ -668,7 +699,7 @@ pub(crate) fn stored_object_of(
             "{what}: p{partition}: an object is not a replica object: {e}"
         ))
     };
-    let set = decode_siblings(&o.metadata).map_err(|e| damaged(e.to_string()))?;
+    let (set, _) = decode_ledger_meta(&o.metadata).map_err(|e| damaged(e.to_string()))?;
     let contents = decode_contents(&o.value).map_err(|e| damaged(e.to_string()))?;
     Object::new(set, contents).map_err(|e| damaged(e.to_string()))
 }
@@ -812,8 +843,9 @@ impl pb::node_server::Node for NodeService {
         let content = (!q.tombstone).then_some(Content {
             metadata: q.metadata,
             value: q.value,
+            index: Vec::new(),
         });
-        let changes = crate::kv::changes_from(q.index_changes)?;
+        let edits = crate::kv::edits_from(q.index_changes)?;
         let policy = policy(q.policy);
         let s = self
             .replicas
@@ -826,7 +858,7 @@ impl pb::node_server::Node for NodeService {
                     content,
                     q.timestamp_us,
                     policy,
-                    &changes,
+                    &edits,
                 )
             })
             .await?;
@@ -1024,21 +1056,12 @@ impl pb::node_server::Node for NodeService {
         let q = req.into_inner();
         let k = key_of(q.key)?;
         let incoming = object_of(&q.siblings, &q.contents)?;
-        let changes = crate::kv::changes_from(q.index_changes)?;
         let policy = policy(q.policy);
         let mode = MergeMode::of_request(q.transfer, q.rewrite)?;
         let s = self
             .replicas
             .write(k.partition, deadline, move |r| {
-                r.merge(
-                    k.partition,
-                    &k.bucket,
-                    &k.key,
-                    &incoming,
-                    policy,
-                    &changes,
-                    mode,
-                )
+                r.merge(k.partition, &k.bucket, &k.key, &incoming, policy, mode)
             })
             .await?;
         Ok(Response::new(reply_head(

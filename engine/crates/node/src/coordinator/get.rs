@@ -315,7 +315,6 @@ impl Coordinator {
                     repair.key.clone(),
                     object.clone(),
                     repair.policy,
-                    Vec::new(),
                     deadline,
                 )
                 .await;

@@ -259,10 +259,9 @@ impl Coordinator {
         key: Vec<u8>,
         object: Arc<Object>,
         policy: ConflictPolicy,
-        index_changes: Vec<pb::IndexChange>,
         deadline: Instant,
     ) -> Result<bool, Status> {
-        let o = (object, policy, index_changes);
+        let o = (object, policy);
         self.merge_into(view, t, bucket, key, o, MergeMode::Write, deadline)
             .await
     }
@@ -280,7 +279,7 @@ impl Coordinator {
         policy: ConflictPolicy,
         deadline: Instant,
     ) -> Result<bool, Status> {
-        let o = (object, policy, Vec::new());
+        let o = (object, policy);
         self.merge_into(view, t, bucket, key, o, MergeMode::Rewrite, deadline)
             .await
     }
@@ -296,28 +295,29 @@ impl Coordinator {
         object: Arc<Object>,
         deadline: Instant,
     ) -> Result<bool, Status> {
-        let o = (object, ConflictPolicy::Siblings, Vec::new());
+        let o = (object, ConflictPolicy::Siblings);
         self.merge_into(view, t, bucket, key, o, MergeMode::Transfer, deadline)
             .await
     }
 
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    /// The object carries its index entries (`levee_cluster::index_entries`): the replica's
+    /// index follows the merge.
+    #[allow(clippy::too_many_arguments)]
     async fn merge_into(
         self: &Arc<Self>,
         view: &ClusterView,
         t: &Target,
         bucket: Vec<u8>,
         key: Vec<u8>,
-        (object, policy, index_changes): (Arc<Object>, ConflictPolicy, Vec<pb::IndexChange>),
+        (object, policy): (Arc<Object>, ConflictPolicy),
         mode: MergeMode,
         deadline: Instant,
     ) -> Result<bool, Status> {
         let p = t.partition;
         if self.is_local(t) {
-            let changes = crate::kv::changes_from(index_changes)?;
             self.replicas
                 .write(p, deadline, move |r| {
-                    r.merge(p, &bucket, &key, &object, policy, &changes, mode)
+                    r.merge(p, &bucket, &key, &object, policy, mode)
                 })
                 .await?;
             return Ok(self.replicas.durable);
@@ -332,7 +332,6 @@ impl Coordinator {
             siblings: encode_siblings(&object.siblings),
             contents: object.encode_contents(),
             policy: policy_pb(policy),
-            index_changes,
             transfer: mode == MergeMode::Transfer,
             rewrite: mode == MergeMode::Rewrite,
         });

@@ -27,7 +27,6 @@ struct Hint {
     key: Vec<u8>,
     object: Arc<levee_cluster::Object>,
     policy: levee_cluster::ConflictPolicy,
-    index_changes: Vec<pb::IndexChange>,
 }
 
 /// A client write.
@@ -59,8 +58,7 @@ impl Coordinator {
     pub async fn put(self: &Arc<Self>, mut w: Write, deadline: Instant) -> Result<Written, Status> {
         levee_store::validate_object_key(&w.bucket, &w.key).map_err(crate::errors::to_status)?;
         // Checked here too, so a bad change fails before any replica is written.
-        let changes = crate::kv::changes_from(w.index_changes.clone())?;
-        levee_store::validate_index_changes(&changes).map_err(crate::errors::to_status)?;
+        let changes = crate::kv::edits_from(w.index_changes.clone())?;
         if let Some(c) = &w.content {
             if c.value.len() > self.max_value_bytes {
                 return Err(crate::errors::to_status(
@@ -198,7 +196,6 @@ impl Coordinator {
             key: w.key.clone(),
             object: object.clone(),
             policy,
-            index_changes: w.index_changes.clone(),
         };
         let mut missed = plan.targets.uncovered.clone();
         missed.extend(unreachable.iter().map(|&i| Replica {
@@ -219,37 +216,30 @@ impl Coordinator {
                 targets[i].clone(),
                 tx.clone(),
             );
-            let (b, k, o, ch) = (
-                w.bucket.clone(),
-                w.key.clone(),
-                object.clone(),
-                w.index_changes.clone(),
-            );
+            let (b, k, o) = (w.bucket.clone(), w.key.clone(), object.clone());
             let hint = hint.clone();
             tokio::spawn(async move {
-                let (reply, err) = match me
-                    .merge_replica(&view, &t, b, k, o, policy, ch, deadline)
-                    .await
-                {
-                    Ok(true) => (PutReply::Durable, None),
-                    Ok(false) => (PutReply::Written, None),
-                    Err(s) => {
-                        log::debug!(
-                            "replicating a put to {} p{} failed: {s}",
-                            t.node,
-                            t.partition
-                        );
-                        // Its node could not be reached: keep a hint of the write elsewhere.
-                        if crate::peers::is_unreachable(&s) && t.role == Role::Primary {
-                            let missed = vec![Replica {
-                                partition: t.partition,
-                                node: t.node.clone(),
-                            }];
-                            tokio::spawn(me.clone().send_hints(hint, missed));
+                let (reply, err) =
+                    match me.merge_replica(&view, &t, b, k, o, policy, deadline).await {
+                        Ok(true) => (PutReply::Durable, None),
+                        Ok(false) => (PutReply::Written, None),
+                        Err(s) => {
+                            log::debug!(
+                                "replicating a put to {} p{} failed: {s}",
+                                t.node,
+                                t.partition
+                            );
+                            // Its node could not be reached: keep a hint of the write elsewhere.
+                            if crate::peers::is_unreachable(&s) && t.role == Role::Primary {
+                                let missed = vec![Replica {
+                                    partition: t.partition,
+                                    node: t.node.clone(),
+                                }];
+                                tokio::spawn(me.clone().send_hints(hint, missed));
+                            }
+                            (PutReply::Failed(failure_of(&s)), Some(s))
                         }
-                        (PutReply::Failed(failure_of(&s)), Some(s))
-                    }
-                };
+                    };
                 let _ = tx.send((i, reply, err));
             });
         }
@@ -298,7 +288,6 @@ impl Coordinator {
                     h.key.clone(),
                     h.object.clone(),
                     h.policy,
-                    h.index_changes.clone(),
                     deadline,
                 )
                 .await;

@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster::{replicas, run, Down};
+use common::cluster::{index_mismatches, replicas, run, Down};
 use common::history::{self, History, ReadOutcome, WriteOutcome};
-use common::load::{final_reads, key, lazy, metric, quorum, sibling_values, spawn_clients, Load};
+use common::load::{
+    expected_terms, final_reads, key, lazy, metric, quorum, sibling_values, spawn_clients, Load,
+};
 use levee_proto::v1 as pb;
 
 const LOAD: Load = Load { keys: 40, pad: 0 };
@@ -136,6 +138,10 @@ async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges
     if let Err(v) = history::check_converged(&per_node) {
         panic!("nodes disagree:\n{}", history::report(&v, 20));
     }
+    // Index entries followed the values: hints carried them, the handoff delivered them and the
+    // fallbacks dropped theirs with the objects.
+    let bad = index_mismatches(&named, &expected_terms(&per_node[0])).await;
+    assert!(bad.is_empty(), "indexes after healing:\n{}", bad.join("\n"));
 }
 
 /// Puts through `addr` (w given), the value as the key's only change since `context`.

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{replicas, run, Down};
+use common::cluster::{index_add, index_mismatches, replicas, run, Down};
 use common::load::{get_r1, key, lazy, metric, quorum, sibling_values};
 use levee_proto::v1 as pb;
 
@@ -28,6 +28,7 @@ async fn a_member_that_lost_its_data_rebuilds_before_it_answers_reads() {
             key: key(i).into(),
             value: format!("v{i}-x{}", "p".repeat(1024)).into(),
             w: quorum(3),
+            index_changes: vec![index_add((i % 50) as i64)],
             ..Default::default()
         })
         .await
@@ -122,4 +123,14 @@ async fn a_member_that_lost_its_data_rebuilds_before_it_answers_reads() {
         let g = get_r1(&nodes[1].1, &key(i)).await;
         assert_eq!(sibling_values(&g), vec![format!("v{i}")], "{}", key(i));
     }
+    // The rebuilt vnodes' indexes hold their keys' entries (they came with the objects).
+    let terms = (0..KEYS)
+        .map(|i| (key(i), [(i % 50) as i64].into()))
+        .collect();
+    let bad = index_mismatches(&nodes, &terms).await;
+    assert!(
+        bad.is_empty(),
+        "indexes after the rebuild:\n{}",
+        bad.join("\n")
+    );
 }

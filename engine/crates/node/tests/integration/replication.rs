@@ -54,7 +54,6 @@ fn merge_req(k: &str, o: &pb::ReplicaObject, lww: bool) -> pb::MergeReplicaReque
         } else {
             pb::ConflictPolicy::Siblings as i32
         },
-        index_changes: vec![],
         transfer: false,
         rewrite: false,
     }

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster::{run, Down};
+use common::cluster::{index_mismatches, run, Down};
 use common::history::{self, History};
-use common::load::{final_reads, metric, spawn_clients, Load};
+use common::load::{expected_terms, final_reads, metric, spawn_clients, Load};
 use levee_proto::v1 as pb;
 use pb::admin_client::AdminClient;
 
@@ -261,6 +261,14 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
     if let Err(v) = history::check_converged(&per_node) {
         panic!("members disagree:\n{}", history::report(&v, 20));
     }
+    // Index entries moved with the objects: every vnode of the three that stayed holds the
+    // entries of what it holds, and the owners hold those of the keys' final values.
+    let bad = index_mismatches(&named[..3], &expected_terms(&per_node[0])).await;
+    assert!(
+        bad.is_empty(),
+        "indexes after the transitions:\n{}",
+        bad.join("\n")
+    );
 }
 
 /// Bytes of value in each object of the resume test.

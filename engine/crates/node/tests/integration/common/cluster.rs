@@ -130,3 +130,161 @@ pub fn up(dir: &std::path::Path) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// The index field the tests give their keys: `n_int` = the key's number modulo 50.
+pub const INDEX_FIELD: &str = "n_int";
+
+/// The `INDEX_FIELD` change that adds term `t`.
+pub fn index_add(t: i64) -> pb::IndexChange {
+    index_change(pb::index_change::Op::Add, t)
+}
+
+/// The `INDEX_FIELD` change that removes term `t`.
+pub fn index_remove(t: i64) -> pb::IndexChange {
+    index_change(pb::index_change::Op::Remove, t)
+}
+
+fn index_change(op: pb::index_change::Op, t: i64) -> pb::IndexChange {
+    pb::IndexChange {
+        op: op as i32,
+        field: INDEX_FIELD.into(),
+        term: Some(pb::Term {
+            kind: Some(pb::term::Kind::Int(t)),
+        }),
+    }
+}
+
+type Entries = std::collections::BTreeSet<(i64, String)>;
+
+/// A vnode's `INDEX_FIELD` entries of bucket `b`, from its index (IndexPage).
+async fn vnode_index(node: &mut NodeClient<tonic::transport::Channel>, p: u32) -> Entries {
+    let int = |i| {
+        Some(pb::Term {
+            kind: Some(pb::term::Kind::Int(i)),
+        })
+    };
+    let mut entries = Entries::new();
+    let mut after = None;
+    loop {
+        let page = node
+            .index_page(pb::IndexPageRequest {
+                partition: p,
+                bucket: "b".into(),
+                field: INDEX_FIELD.into(),
+                start: int(i64::MIN),
+                end: int(i64::MAX),
+                after: after.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        for r in page.results {
+            let Some(pb::term::Kind::Int(t)) = r.term.and_then(|t| t.kind) else {
+                panic!("p{p}: an entry without an integer term");
+            };
+            entries.insert((t, String::from_utf8(r.key).unwrap()));
+        }
+        match page.last {
+            Some(l) => after = Some(l),
+            None => return entries,
+        }
+    }
+}
+
+/// The `INDEX_FIELD` entries of bucket `b` the objects a vnode holds carry (each live sibling's
+/// entries, from FoldObjects): what its index must hold.
+async fn vnode_object_entries(
+    node: &mut NodeClient<tonic::transport::Channel>,
+    p: u32,
+    ring: u32,
+) -> Entries {
+    let mut entries = Entries::new();
+    let mut after = None;
+    loop {
+        let page = node
+            .fold_objects(pb::FoldObjectsRequest {
+                partition: p,
+                key_partitions: (0..ring).collect(),
+                after: after.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        for o in page.objects.iter().filter(|o| o.bucket == b"b") {
+            let key = String::from_utf8(o.key.clone()).unwrap();
+            for c in levee_cluster::decode_contents(&o.contents).unwrap() {
+                for e in c.index.iter().filter(|e| e.field == INDEX_FIELD.as_bytes()) {
+                    let levee_cluster::IndexTerm::Int(t) = e.term else {
+                        panic!("{key}: a binary term in {INDEX_FIELD}");
+                    };
+                    entries.insert((t, key.clone()));
+                }
+            }
+        }
+        if page.done {
+            return entries;
+        }
+        after = page.last;
+    }
+}
+
+/// Checks the index of every vnode of every member in `addrs`:
+///
+/// * each holds exactly the entries of the objects it holds — none missing (an object that
+///   arrived by read repair, handoff, a transfer or a rebuild without its entries) and none extra
+///   (an entry left behind by an object that was handed away or superseded);
+/// * the replicas of each key in `terms` (the owners in its preflist) hold exactly the terms
+///   given for it (those of its live values).
+///
+/// Returns the differences found, empty when there are none.
+pub async fn index_mismatches(
+    addrs: &[(String, String)],
+    terms: &std::collections::BTreeMap<String, std::collections::BTreeSet<i64>>,
+) -> Vec<String> {
+    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", addrs[0].1))
+        .await
+        .unwrap();
+    let ring = admin
+        .members(pb::MembersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .ring_size;
+    let mut out = Vec::new();
+    let mut held = std::collections::BTreeMap::new();
+    for (name, addr) in addrs {
+        let mut node = NodeClient::connect(format!("http://{addr}")).await.unwrap();
+        for p in 0..ring {
+            let index = vnode_index(&mut node, p).await;
+            let implied = vnode_object_entries(&mut node, p, ring).await;
+            let missing: Vec<_> = implied.difference(&index).take(3).collect();
+            let extra: Vec<_> = index.difference(&implied).take(3).collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                out.push(format!(
+                    "{name} p{p}: index holds {} entries, its objects carry {}; missing e.g. {missing:?}, extra e.g. {extra:?}",
+                    index.len(),
+                    implied.len()
+                ));
+            }
+            held.insert((addr.clone(), p), index);
+        }
+    }
+    for (k, ts) in terms {
+        let want: Entries = ts.iter().map(|t| (*t, k.clone())).collect();
+        for (p, addr) in preflist(addrs, k).await {
+            let have: Entries = held[&(addr.clone(), p)]
+                .iter()
+                .filter(|(_, key)| key == k)
+                .cloned()
+                .collect();
+            if have != want {
+                out.push(format!(
+                    "{k} on {addr} p{p}: entries {have:?}, want {want:?}"
+                ));
+            }
+        }
+    }
+    out
+}

@@ -2,6 +2,10 @@
 //! of a unique value with the GET's context at w=2) on random keys of bucket "b" under the
 //! "siblings" type, every operation recorded in a `history::History`; and the final reads and
 //! metric scrapes the tests check it with.
+//!
+//! Each PUT also moves the key's index entry: it removes every `n_int` term but its own (the
+//! value's write number modulo 50, [`term_of`]) and adds that one, so a replica's entries must
+//! follow exactly the values it holds ([`expected_terms`], `cluster::index_mismatches`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +32,36 @@ pub struct Load {
 
 pub fn key(i: usize) -> String {
     format!("k{i:03}")
+}
+
+/// The `n_int` term of a load value `c<client>-<n>` (padding removed): n modulo 50.
+pub fn term_of(value: &str) -> i64 {
+    let n: i64 = value
+        .rsplit_once('-')
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{value:?} is not a load value"));
+    n % 50
+}
+
+/// The index changes of the load's write number `n`: every other term removed, its own added.
+fn index_changes_of(n: u64) -> Vec<pb::IndexChange> {
+    let own = (n % 50) as i64;
+    let mut out: Vec<pb::IndexChange> = (0..50)
+        .filter(|t| *t != own)
+        .map(super::cluster::index_remove)
+        .collect();
+    out.push(super::cluster::index_add(own));
+    out
+}
+
+/// The `n_int` terms each key's replicas must hold, from its values as read at the end.
+pub fn expected_terms(
+    values: &BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, std::collections::BTreeSet<i64>> {
+    values
+        .iter()
+        .map(|(k, vs)| (k.clone(), vs.iter().map(|v| term_of(v)).collect()))
+        .collect()
 }
 
 pub fn quorum(n: u32) -> Option<pb::Quorum> {
@@ -158,6 +192,7 @@ pub async fn client(
                 context,
                 bucket_type: TYPE.into(),
                 w: quorum(2),
+                index_changes: index_changes_of(n),
                 ..Default::default()
             })
             .await;

@@ -4,7 +4,8 @@
 # node's tests (engine/crates/node/tests/integration/local_cluster.rs) and by `make cluster-demo`.
 #
 #   local-cluster.sh up DIR N [--ring-size R] [--n-val V] [--sync] [--delete-delay-secs S]
-#                             [--handoff-bytes-per-sec B] [--aae-exchange-secs S]
+#                             [--handoff-bytes-per-sec B] [--handoff-busy-percent P]
+#                             [--aae-exchange-secs S]
 #                             [--journal-segment-bytes B]
 #                                   start n1..nN; prints one line per node: name address metrics pid
 #   local-cluster.sh start DIR NAME start a stopped node again (same config, same ports)
@@ -114,7 +115,7 @@ case "$cmd" in
   up)
     [ $# -ge 2 ] || usage
     dir=$1 n=$2; shift 2
-    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate='' aae_exchange='' segment_bytes=1073741824
+    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate='' handoff_busy='' aae_exchange='' segment_bytes=1073741824
     while [ $# -gt 0 ]; do
       case "$1" in
         --ring-size) ring=$2; shift 2 ;;
@@ -122,6 +123,7 @@ case "$cmd" in
         --sync) sync=true; shift ;;
         --delete-delay-secs) delete_delay=$2; shift 2 ;;
         --handoff-bytes-per-sec) handoff_rate=$2; shift 2 ;;
+        --handoff-busy-percent) handoff_busy=$2; shift 2 ;;
         --aae-exchange-secs) aae_exchange=$2; shift 2 ;;
         --journal-segment-bytes) segment_bytes=$2; shift 2 ;;
         *) die "unknown option $1" ;;
@@ -153,7 +155,11 @@ sync_on_write = $sync
 aae_segments = 4096
 journal_segment_bytes = $segment_bytes
 EOF
-        [ -z "$handoff_rate" ] || printf '[handoff]\nmax_bytes_per_sec = %s\n' "$handoff_rate" >> "$dir/$name/levee.toml"
+        if [ -n "$handoff_rate$handoff_busy" ]; then
+            printf '[handoff]\n' >> "$dir/$name/levee.toml"
+            [ -z "$handoff_rate" ] || printf 'max_bytes_per_sec = %s\n' "$handoff_rate" >> "$dir/$name/levee.toml"
+            [ -z "$handoff_busy" ] || printf 'busy_percent = %s\n' "$handoff_busy" >> "$dir/$name/levee.toml"
+        fi
         [ -z "$aae_exchange" ] || printf '[aae]\nexchange_interval_secs = %s\n' "$aae_exchange" >> "$dir/$name/levee.toml"
       done
       # The list exists before any node starts: each commits it as its first list.

@@ -23,8 +23,9 @@
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
 //!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
-//! [handoff]     max_bytes_per_sec (32 MiB/s): the throttle of each hinted-handoff transfer and
-//!               of each partition a ring transition streams
+//! [handoff]     max_bytes_per_sec (32 MiB/s), busy_percent (BUSY%): the pace of each
+//!               hinted-handoff transfer and of each partition a ring transition streams — at most
+//!               that many bytes per second, working at most that share of the time (`pacing.rs`)
 //! [aae]         exchange_interval_secs (3600; 0: only when asked): how often this member compares
 //!               the preflists it leads with their replicas and repairs what differs
 //! [limits]      vnode_concurrency (4), vnode_queue (64), default_deadline_ms (2000): overload
@@ -149,19 +150,26 @@ pub struct MembershipSection {
     pub members: Vec<String>,
 }
 
+/// The default `[handoff] busy_percent` (measured: docs/cluster.md §7, "Cost").
+pub const DEFAULT_BUSY_PERCENT: u32 = 10;
+
 /// Hinted handoff and ring-transition streams (see `handoff.rs`, `transition.rs`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HandoffSection {
     /// Bytes per second one transfer sends to a returning owner, or one partition to its next
-    /// owner in a ring transition (0: unthrottled).
+    /// owner in a ring transition (0: no byte limit).
     pub max_bytes_per_sec: u64,
+    /// Percent of wall time such a stream may spend on its batches (1-100; 100: no limit): the
+    /// bound on what it takes from requests whatever a byte costs on this machine.
+    pub busy_percent: u32,
 }
 
 impl Default for HandoffSection {
     fn default() -> Self {
         HandoffSection {
             max_bytes_per_sec: 32 << 20,
+            busy_percent: DEFAULT_BUSY_PERCENT,
         }
     }
 }
@@ -343,6 +351,12 @@ impl NodeConfig {
             bail!(
                 "limits.default_deadline_ms must be between 1 and 3600000, got {}",
                 l.default_deadline_ms
+            );
+        }
+        if !(1..=100).contains(&self.handoff.busy_percent) {
+            bail!(
+                "handoff.busy_percent must be between 1 and 100 (100: no limit), got {}",
+                self.handoff.busy_percent
             );
         }
         if let Some(files) = self.tls_files()? {
@@ -634,6 +648,19 @@ ca_file = "/etc/levee/tls/ca.crt"
         let e = bad("[tls]\ncert_file = \"/nonexistent/c.crt\"\nkey_file = \"/k\"\n");
         assert!(e.contains("/nonexistent/c.crt"), "{e}");
         assert!(bad("[tls]\ncert = \"/c\"\n").contains("unknown field"));
+    }
+
+    #[test]
+    fn the_handoff_busy_share_is_a_percentage() {
+        let load = |toml: &str| NodeConfig::load_str(toml).and_then(|c| c.validate().map(|_| c));
+        let c = load("[handoff]\nbusy_percent = 40\n").unwrap();
+        assert_eq!(c.handoff.busy_percent, 40);
+        assert_eq!(c.handoff.max_bytes_per_sec, 32 << 20);
+        assert_eq!(load("").unwrap().handoff.busy_percent, DEFAULT_BUSY_PERCENT);
+        for bad in [0, 101] {
+            let e = load(&format!("[handoff]\nbusy_percent = {bad}\n")).unwrap_err();
+            assert!(e.to_string().contains("between 1 and 100"), "{bad}: {e}");
+        }
     }
 
     impl NodeConfig {

@@ -39,8 +39,9 @@ type Fold = (
 pub struct Handoff {
     pub coordinator: Arc<Coordinator>,
     transitions: Arc<crate::transition::Transitions>,
-    /// Bytes per second a transfer may send (0: unthrottled).
-    pub max_bytes_per_sec: u64,
+    /// The byte rate and busy share of transfers, which run one after another and share it
+    /// (`pacing.rs`).
+    pacer: Mutex<crate::pacing::Pacer>,
     /// Per vnode: its last journal sequence number when a pass found nothing to hand off.
     clean: Mutex<Vec<Option<u64>>>,
 }
@@ -60,13 +61,13 @@ impl Handoff {
     pub fn new(
         coordinator: Arc<Coordinator>,
         transitions: Arc<crate::transition::Transitions>,
-        max_bytes_per_sec: u64,
+        pace: crate::pacing::Pace,
     ) -> Handoff {
         let n = coordinator.vnodes.stores.len();
         Handoff {
             coordinator,
             transitions,
-            max_bytes_per_sec,
+            pacer: Mutex::new(crate::pacing::Pacer::new(pace)),
             clean: Mutex::new(vec![None; n]),
         }
     }
@@ -147,10 +148,9 @@ impl Handoff {
         let store = c.replicas.vnode_store(t.partition)?;
         let mut fold: Option<Fold> = None;
         let (mut handed, mut seen) = (0u64, 0u64);
-        let started = Instant::now();
-        let mut sent_bytes = 0u64;
         let sent_through = self.transitions.sent_through(t.partition, &t.node);
         loop {
+            let paced = crate::pacing::Batch::start(&self.pacer);
             let st = store.clone();
             let partition = t.partition;
             let (batch, rest) =
@@ -162,6 +162,7 @@ impl Handoff {
                 return Ok(Transferred { seen, handed });
             }
             seen += batch.len() as u64;
+            let mut bytes = 0u64;
             let deadline = Instant::now() + c.replicas.default_deadline;
             let sends = batch.iter().filter(|it| it.send).map(|it| {
                 c.merge_replica(
@@ -188,17 +189,11 @@ impl Handoff {
                 }
                 if it.send {
                     c.metrics.handoff_objects.inc();
-                    sent_bytes += it.bytes;
+                    bytes += it.bytes;
                     c.metrics.handoff_bytes.inc_by(it.bytes);
                 }
             }
-            if self.max_bytes_per_sec > 0 {
-                let due =
-                    Duration::from_secs_f64(sent_bytes as f64 / self.max_bytes_per_sec as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    tokio::time::sleep(wait).await;
-                }
-            }
+            paced.done(bytes).await;
         }
     }
 }

@@ -15,6 +15,7 @@ mod kv;
 mod maintenance;
 mod membership;
 mod metrics;
+mod pacing;
 mod peers;
 mod progress_file;
 mod rebuild;

@@ -111,9 +111,13 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let pace = crate::pacing::Pace {
+        max_bytes_per_sec: cfg.handoff.max_bytes_per_sec,
+        busy_percent: cfg.handoff.busy_percent,
+    };
     let transitions = Arc::new(crate::transition::Transitions::open(
         coordinator.clone(),
-        cfg.handoff.max_bytes_per_sec,
+        pace,
     )?);
     tokio::spawn(transitions.clone().run(replicas.forwards()));
     // Vnodes marked to rebuild (this member lost its data) answer no reads until they have.
@@ -122,7 +126,7 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         Arc::new(crate::handoff::Handoff::new(
             coordinator.clone(),
             transitions.clone(),
-            cfg.handoff.max_bytes_per_sec,
+            pace,
         ))
         .run(),
     );

@@ -86,7 +86,9 @@ struct Progress {
 
 pub struct Transitions {
     coordinator: Arc<Coordinator>,
-    max_bytes_per_sec: u64,
+    /// The byte rate and busy share of this node's partition streams, which run one after
+    /// another and share it (`pacing.rs`).
+    pacer: Mutex<crate::pacing::Pacer>,
     path: PathBuf,
     progress: Mutex<Progress>,
     /// The last warning and when it was logged (a failing step retries twice a second).
@@ -109,7 +111,7 @@ pub const SETTLE: Duration = Duration::from_secs(5);
 impl Transitions {
     /// Loads the progress kept in the data directory. Forwarding was off while the node was
     /// down, so every partition still streaming gets a catch-up fold.
-    pub fn open(coordinator: Arc<Coordinator>, max_bytes_per_sec: u64) -> Result<Transitions> {
+    pub fn open(coordinator: Arc<Coordinator>, pace: crate::pacing::Pace) -> Result<Transitions> {
         let path = coordinator.vnodes.data_dir.join(TRANSFERS_FILE);
         let mut progress: Progress = load_json(
             &path,
@@ -122,7 +124,7 @@ impl Transitions {
         }
         Ok(Transitions {
             coordinator,
-            max_bytes_per_sec,
+            pacer: Mutex::new(crate::pacing::Pacer::new(pace)),
             path,
             progress: Mutex::new(progress),
             last_warning: Throttled::default(),
@@ -350,9 +352,7 @@ impl Transitions {
             role: Role::Primary,
         };
         let store = c.vnodes.stores[partition as usize].clone();
-        let started = Instant::now();
         let mut saved = Instant::now();
-        let mut sent_bytes = 0u64;
         // The stream (from `after`), then — after a failed forward — a catch-up of everything
         // written since `start_sqn`.
         loop {
@@ -368,6 +368,7 @@ impl Transitions {
                 .fold_objects_after(after.as_ref().map(|(b, k)| (b.as_slice(), k.as_slice())))
                 .map_err(crate::errors::to_status)?;
             loop {
+                let paced = crate::pacing::Batch::start(&self.pacer);
                 let (batch, last, end) = tokio::task::block_in_place(|| {
                     next_batch(&mut fold, partition, catch_up.then_some(start_sqn))
                 })?;
@@ -388,7 +389,6 @@ impl Transitions {
                 }
                 c.metrics.handoff_objects.inc_by(batch.len() as u64);
                 c.metrics.handoff_bytes.inc_by(bytes);
-                sent_bytes += bytes;
                 {
                     let mut p = self.progress.lock();
                     let t = p
@@ -427,13 +427,7 @@ impl Transitions {
                     }
                     publish(&c.metrics, &p, true, true);
                 }
-                if self.max_bytes_per_sec > 0 {
-                    let due =
-                        Duration::from_secs_f64(sent_bytes as f64 / self.max_bytes_per_sec as f64);
-                    if let Some(wait) = due.checked_sub(started.elapsed()) {
-                        tokio::time::sleep(wait).await;
-                    }
-                }
+                paced.done(bytes).await;
                 if end {
                     break;
                 }

@@ -413,22 +413,26 @@ fn env_or(name: &str, default: usize) -> usize {
 /// Foreground throughput while a join moves data (a measurement, not a check: run it with
 /// `cargo test --release -p levee-node --test integration ring_transitions:: -- --ignored --nocapture`). Four
 /// processes run throughout — n4 idle and outside the list until the join — so the phases
-/// compare the same CPU contention. `LEVEE_BENCH_KEYS` (20000 keys of 4 KiB) and
-/// `LEVEE_BENCH_RATE` (bytes per second per source, 2 MiB/s) size the transfer.
+/// compare the same CPU contention. `LEVEE_BENCH_KEYS` (20000 keys of 4 KiB) sizes the transfer;
+/// `LEVEE_BENCH_RATE` (bytes per second per source; default: the node's, 32 MiB/s) and
+/// `LEVEE_BENCH_BUSY` (`[handoff] busy_percent`; default: the node's) pace it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore]
 async fn foreground_throughput_while_a_join_moves_data() {
     let _one = SERIAL.lock().await;
     let keys = env_or("LEVEE_BENCH_KEYS", 20_000);
-    let rate = env_or("LEVEE_BENCH_RATE", 2 << 20);
+    let rate = env_or("LEVEE_BENCH_RATE", 32 << 20);
+    let busy = env_or("LEVEE_BENCH_BUSY", 0);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
-    let mut nodes = nodes_of(&common::cluster::up3(
-        &d,
-        &["--handoff-bytes-per-sec", &rate.to_string()],
-    ));
+    let (rate_s, busy_s) = (rate.to_string(), busy.to_string());
+    let mut opts = vec!["--handoff-bytes-per-sec", &rate_s];
+    if busy > 0 {
+        opts.extend(["--handoff-busy-percent", &busy_s]);
+    }
+    let mut nodes = nodes_of(&common::cluster::up3(&d, &opts));
     run(&["add", &d, "n4"]);
     nodes.extend(nodes_of(&run(&["start", &d, "n4"])));
     let addrs: Vec<String> = nodes[..3].iter().map(|n| n.1.clone()).collect();
@@ -521,10 +525,15 @@ async fn foreground_throughput_while_a_join_moves_data() {
         "acknowledged writes/s: before {before:.0}, during the join {during:.0} ({:+.1} %; its second half {late}), after {after:.0}",
         (during / before - 1.0) * 100.0
     );
-    let throttle = if rate == 0 {
-        "unthrottled".to_string()
+    let busy = if busy == 0 {
+        "the default busy share".to_string()
     } else {
-        format!("throttled to {:.1} MB/s per source", rate as f64 / 1e6)
+        format!("busy at most {busy} %")
+    };
+    let throttle = if rate == 0 {
+        format!("no byte limit, {busy}")
+    } else {
+        format!("at most {:.1} MB/s per source, {busy}", rate as f64 / 1e6)
     };
     eprintln!(
         "join moved {:.1} MB in {:.1} s: {:.1} MB/s ({throttle})",

@@ -15,8 +15,11 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub(crate) enum Rank {
+    /// A write's key stripe, held from its AAE lookup of the key's old version to the end of the
+    /// write (a second write of the key waits, so the tree's delta is right).
+    KeyStripe = 1,
     /// One journal compaction at a time, held across its whole run.
-    CompactionLock = 1,
+    CompactionLock,
     /// The registry of live snapshots.
     Snapshots,
     /// The write path: SQN assignment, journal append, memtable insert.

@@ -35,7 +35,10 @@ pub(crate) struct RecordView<'a> {
     pub value: &'a [u8],
 }
 
-/// Encode a whole record (header + body) into `out`. One argument per field of the format.
+/// Encode a whole record (header + body) into `out`. One argument per field of the format. The
+/// write path encodes in two steps ([`encode_unsequenced`], [`Unsequenced::seal`]); this one step
+/// is the reference they are tested against.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     out: &mut Vec<u8>,
@@ -74,6 +77,61 @@ pub(crate) fn encode(
     let crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
     out[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A record encoded before its SQN is known ([`encode_unsequenced`]): everything but the SQN and
+/// the CRC is in place. The write path encodes outside its lock and seals (SQN, CRC) under it.
+pub(crate) struct Unsequenced;
+
+/// Encode a record into `out` (cleared first) with the SQN and CRC left open.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_unsequenced(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    timestamp: u64,
+    ledger_key: &[u8],
+    metadata: &[u8],
+    changes: &[IndexChange],
+    value: &[u8],
+) -> Unsequenced {
+    out.clear();
+    out.extend_from_slice(&[0u8; HEADER_BYTES + 8]);
+    put_u8(out, kind as u8);
+    put_u64(out, timestamp);
+    put_bytes(out, ledger_key);
+    put_bytes(out, metadata);
+    put_u32(out, changes.len() as u32);
+    for c in changes {
+        put_u8(out, if c.op == IndexOp::Add { 1 } else { 2 });
+        put_bytes(out, &c.field);
+        match &c.term {
+            Term::Int(i) => {
+                put_u8(out, 1);
+                put_u64(out, *i as u64);
+            }
+            Term::Bin(b) => {
+                put_u8(out, 2);
+                put_bytes(out, b);
+            }
+        }
+    }
+    put_bytes(out, value);
+    let body_len = (out.len() - HEADER_BYTES) as u32;
+    out[0..4].copy_from_slice(&body_len.to_le_bytes());
+    Unsequenced
+}
+
+impl Unsequenced {
+    /// Write `sqn` and the record's CRC into `buf` (what [`encode_unsequenced`] filled): it is then
+    /// byte for byte what [`encode`] writes. The CRC covers the SQN, which comes first, so it is
+    /// computed here, over the whole body. (Combining a CRC of the rest computed earlier with the
+    /// SQN's costs more than the hardware CRC of a 16 KiB body: measured, a zlib-style combine
+    /// under the write lock cut `16k_nosync` by 17 %.)
+    pub(crate) fn seal(&self, buf: &mut [u8], sqn: u64) {
+        buf[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&sqn.to_le_bytes());
+        let crc = crc32c::crc32c(&buf[HEADER_BYTES..]);
+        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+    }
 }
 
 /// Parse the 8-byte header: (body length, crc).
@@ -186,6 +244,44 @@ mod tests {
             b"value!",
         );
         out
+    }
+
+    #[test]
+    fn a_record_sealed_after_encoding_is_the_record_encode_writes() {
+        let changes = [
+            IndexChange::add(b"age_int".to_vec(), Term::Int(-42)),
+            IndexChange::remove(b"name_bin".to_vec(), Term::Bin(b"bob\0".to_vec())),
+        ];
+        for (sqn, value, changes) in [
+            (77u64, &b"value!"[..], &changes[..]),
+            (1, &b""[..], &[][..]),
+            (u64::MAX - 3, &[0xAB; 70_000][..], &changes[..1]),
+        ] {
+            let mut want = Vec::new();
+            encode(
+                &mut want,
+                sqn,
+                Kind::Put,
+                1234,
+                b"\x01b\0k",
+                b"vv",
+                changes,
+                value,
+            );
+            let mut got = vec![9u8; 3]; // cleared first
+            let u = encode_unsequenced(
+                &mut got,
+                Kind::Put,
+                1234,
+                b"\x01b\0k",
+                b"vv",
+                changes,
+                value,
+            );
+            u.seal(&mut got, sqn);
+            assert_eq!(got, want, "sqn {sqn}, {} value bytes", value.len());
+            assert_eq!(decode(&got).unwrap().sqn, sqn);
+        }
     }
 
     #[test]

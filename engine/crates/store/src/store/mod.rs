@@ -104,7 +104,6 @@ struct WriteState {
     journal: JournalWriter,
     next_sqn: Sqn,
     next_segment_id: u64,
-    buf: Vec<u8>,
     /// Bytes appended since the last background-sync request (`journal_bytes_per_sync`).
     unsynced_bytes: u64,
     /// Journal bytes appended since the active memtable was last frozen: a cap on it bounds what
@@ -159,6 +158,9 @@ struct Inner {
     journal_sync_gate: Ranked<Mutex<()>>,
     aae: Option<Ranked<Mutex<AaeState>>>,
     compaction_lock: Ranked<Mutex<()>>,
+    /// Writes of the same key serialise on its stripe while the AAE tree is kept
+    /// (`write_path.rs`); writes of other keys look their old versions up in parallel.
+    key_stripes: Vec<Ranked<Mutex<()>>>,
     snapshots: Ranked<Mutex<Vec<std::sync::Weak<SnapInner>>>>,
     mem: Ranked<RwLock<MemState>>,
     version: Ranked<RwLock<Arc<Version>>>,

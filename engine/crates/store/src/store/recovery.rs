@@ -315,13 +315,15 @@ impl Store {
             }),
             snapshots: Ranked::mutex(Rank::Snapshots, Vec::new()),
             compaction_lock: Ranked::mutex(Rank::CompactionLock, ()),
+            key_stripes: (0..write_path::KEY_STRIPES)
+                .map(|_| Ranked::mutex(Rank::KeyStripe, ()))
+                .collect(),
             write: Ranked::mutex(
                 Rank::Write,
                 WriteState {
                     journal: writer,
                     next_sqn: max_sqn + 1,
                     next_segment_id: next_segment_id + 1,
-                    buf: Vec::new(),
                     unsynced_bytes: 0,
                     unflushed_journal_bytes: 0,
                 },

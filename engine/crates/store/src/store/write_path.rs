@@ -62,7 +62,24 @@ pub(super) fn apply(mem: &Memtable, w: &Applied<'_>) {
     mem.note_sqn(w.sqn);
 }
 
+thread_local! {
+    /// Each writing thread's record buffer (records are encoded outside the write lock).
+    static RECORD_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A record buffer that grew past this is freed after its write (one huge value does not stay
+/// allocated in every thread that wrote one).
+const RECORD_BUF_KEEP: usize = 1 << 20;
+
+/// Key stripes (`Inner::key_stripes`).
+pub(super) const KEY_STRIPES: usize = 256;
+
 impl Inner {
+    fn key_stripe(&self, ledger_key: &[u8]) -> &Ranked<Mutex<()>> {
+        let h = crc32c::crc32c(ledger_key) as usize;
+        &self.key_stripes[h % KEY_STRIPES]
+    }
+
     pub(super) fn write(
         &self,
         kind: Kind,
@@ -99,7 +116,53 @@ impl Inner {
         }
         self.maybe_stall()?;
         let lk = keys::object_key(bucket, key);
+        // Outside the write lock: the value's CRC (the ledger's value hash), the record's
+        // encoding, and the AAE tree's lookup of the key's old version — a ledger read that may
+        // go to disk — under the key's stripe, so no other write of the key comes in between.
         let value_hash = crc32c::crc32c(value);
+        let timestamp = now_micros();
+        let _stripe = self.aae.as_ref().map(|_| self.key_stripe(&lk).lock());
+        let aae_delta = match &self.aae {
+            Some(_) => Some(self.aae_delta(bucket, key, &lk, kind, metadata)?),
+            None => None,
+        };
+        RECORD_BUF.with_borrow_mut(|buf| {
+            let unsequenced =
+                record::encode_unsequenced(buf, kind, timestamp, &lk, metadata, changes, value);
+            let r = self.append_and_apply(
+                buf,
+                &unsequenced,
+                aae_delta,
+                Applied {
+                    sqn: 0,
+                    kind,
+                    timestamp,
+                    ledger_key: &lk,
+                    metadata,
+                    changes,
+                    value_len: value.len(),
+                    value_hash,
+                },
+                (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
+            );
+            if buf.capacity() > RECORD_BUF_KEEP {
+                *buf = Vec::new();
+            }
+            r
+        })
+    }
+
+    /// The serialised part of a write: SQN, journal append, AAE tree and memtable update, segment
+    /// roll, background-sync and memtable-rotation triggers; then, in sync mode, the wait for
+    /// the group commit (after the lock is released).
+    fn append_and_apply(
+        &self,
+        buf: &mut [u8],
+        unsequenced: &record::Unsequenced,
+        aae_delta: Option<(u32, u32)>,
+        mut applied: Applied<'_>,
+        user_bytes: u64,
+    ) -> Result<Sqn> {
         let sqn = {
             let mut w = self.write.lock();
             self.check_open()?;
@@ -108,20 +171,10 @@ impl Inner {
             }
             // Everything that can fail without side effects comes before the append: a write
             // that returns an error must leave no record behind for a replay to resurrect.
-            let aae_delta = match &self.aae {
-                Some(_) => Some(self.aae_delta(bucket, key, &lk, kind, metadata)?),
-                None => None,
-            };
             let sqn = w.next_sqn;
-            let mut buf = std::mem::take(&mut w.buf);
-            buf.clear();
-            let timestamp = now_micros();
-            record::encode(
-                &mut buf, sqn, kind, timestamp, &lk, metadata, changes, value,
-            );
-            let appended = w.journal.append(sqn, &buf);
+            unsequenced.seal(buf, sqn);
+            let appended = w.journal.append(sqn, buf);
             let len = buf.len();
-            w.buf = buf;
             if let Err(e) = appended {
                 if let Error::Poisoned(m) = &e {
                     self.bg.lock().error.get_or_insert(m.clone());
@@ -129,16 +182,7 @@ impl Inner {
                 return Err(e);
             }
             w.next_sqn += 1;
-            let applied = Applied {
-                sqn,
-                kind,
-                timestamp,
-                ledger_key: &lk,
-                metadata,
-                changes,
-                value_len: value.len(),
-                value_hash,
-            };
+            applied.sqn = sqn;
             if let (Some(aae), Some((seg, delta))) = (&self.aae, aae_delta) {
                 if delta != 0 {
                     aae.lock().xor(seg, delta);
@@ -149,11 +193,8 @@ impl Inner {
             self.c
                 .journal_bytes
                 .fetch_add(len as u64, Ordering::Relaxed);
-            self.c.user_bytes.fetch_add(
-                (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
-                Ordering::Relaxed,
-            );
-            match kind {
+            self.c.user_bytes.fetch_add(user_bytes, Ordering::Relaxed);
+            match applied.kind {
                 Kind::Put => self.c.puts.fetch_add(1, Ordering::Relaxed),
                 Kind::Delete => self.c.deletes.fetch_add(1, Ordering::Relaxed),
             };

@@ -63,6 +63,38 @@ pub enum Error {
 }
 
 impl Error {
+    /// The same error for another caller (a failed group append answers every writer in it). An
+    /// I/O error keeps its kind and message; its source chain becomes that text.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::InvalidKey(s) => Error::InvalidKey(s.clone()),
+            Error::InvalidBucket(s) => Error::InvalidBucket(s.clone()),
+            Error::InvalidIndex(s) => Error::InvalidIndex(s.clone()),
+            Error::ValueTooLarge { size, limit } => Error::ValueTooLarge {
+                size: *size,
+                limit: *limit,
+            },
+            Error::MetadataTooLarge { size, limit } => Error::MetadataTooLarge {
+                size: *size,
+                limit: *limit,
+            },
+            Error::InvalidConfig(s) => Error::InvalidConfig(s.clone()),
+            Error::Closed => Error::Closed,
+            Error::Locked { path } => Error::Locked { path: path.clone() },
+            Error::Io { context, source } => Error::Io {
+                context: context.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corruption(s) => Error::Corruption(s.clone()),
+            Error::Poisoned(s) => Error::Poisoned(s.clone()),
+            Error::InvalidQuery(s) => Error::InvalidQuery(s.clone()),
+            Error::SnapshotExpired { lifetime_secs } => Error::SnapshotExpired {
+                lifetime_secs: *lifetime_secs,
+            },
+            Error::Busy(s) => Error::Busy(s.clone()),
+        }
+    }
+
     /// True when the error means stored bytes are damaged.
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption(_))

@@ -18,6 +18,9 @@ pub(crate) enum Rank {
     /// A write's key stripe, held from its AAE lookup of the key's old version to the end of the
     /// write (a second write of the key waits, so the tree's delta is right).
     KeyStripe = 1,
+    /// The queue of writers waiting for the journal (group append), held only to queue, take a
+    /// group or pass the lead — never across I/O or another of these locks.
+    WriteQueue,
     /// One journal compaction at a time, held across its whole run.
     CompactionLock,
     /// The registry of live snapshots.

@@ -168,14 +168,28 @@ pub(crate) struct JournalWriter {
 }
 
 impl JournalWriter {
-    /// Append one encoded record. On failure the segment is cut back to its previous end so a
-    /// half-written record never sits between valid ones.
-    pub(crate) fn append(&mut self, sqn: u64, buf: &[u8]) -> Result<()> {
-        if let Err(e) = self.file.append(buf) {
+    /// Append several encoded records at once (`bytes` is each of `records`' (SQN, length) in
+    /// order, back to back) with one write. On failure the segment is cut back to its previous
+    /// end: none of them is in it.
+    pub(crate) fn append_many(&mut self, records: &[(u64, u32)], bytes: &[u8]) -> Result<()> {
+        debug_assert_eq!(
+            records.iter().map(|r| r.1 as usize).sum::<usize>(),
+            bytes.len()
+        );
+        if let Err(e) = self.file.append(bytes) {
             let cut = self.file.set_len(self.size);
+            let (first, last) = (
+                records.first().map_or(0, |r| r.0),
+                records.last().map_or(0, |r| r.0),
+            );
+            let sqns = if first == last {
+                format!("sqn {first}")
+            } else {
+                format!("sqns {first}..={last}")
+            };
             return Err(match cut {
                 Ok(()) => Error::Io {
-                    context: format!("appending sqn {sqn} to the journal"),
+                    context: format!("appending {sqns} to the journal"),
                     source: e,
                 },
                 Err(e2) => Error::Poisoned(format!(
@@ -183,14 +197,22 @@ impl JournalWriter {
                 )),
             });
         }
-        self.seg.push_index(IdxEntry {
-            sqn,
-            offset: self.size,
-            len: buf.len() as u32,
-        });
-        self.size += buf.len() as u64;
-        self.records += 1;
+        for &(sqn, len) in records {
+            self.seg.push_index(IdxEntry {
+                sqn,
+                offset: self.size,
+                len,
+            });
+            self.size += u64::from(len);
+            self.records += 1;
+        }
         Ok(())
+    }
+
+    /// Append one encoded record. On failure the segment is cut back to its previous end so a
+    /// half-written record never sits between valid ones.
+    pub(crate) fn append(&mut self, sqn: u64, buf: &[u8]) -> Result<()> {
+        self.append_many(&[(sqn, buf.len() as u32)], buf)
     }
 
     pub(crate) fn full(&self, max_bytes: u64, max_records: u64) -> bool {

@@ -16,8 +16,9 @@ use crate::keys::{IndexChange, IndexOp, Term};
 /// Bytes before the body: length and CRC.
 pub(crate) const HEADER_BYTES: usize = 8;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Kind {
+    #[default]
     Put = 1,
     Delete = 2,
 }
@@ -58,6 +59,7 @@ pub(crate) fn encode(
 
 /// A record encoded before its SQN is known ([`encode_unsequenced`]): everything but the SQN and
 /// the CRC is in place. The write path encodes outside its lock and seals (SQN, CRC) under it.
+#[derive(Default)]
 pub(crate) struct Unsequenced;
 
 /// Encode a record into `out` (cleared first) with the SQN and CRC left open.

@@ -109,6 +109,8 @@ struct WriteState {
     /// Journal bytes appended since the active memtable was last frozen: a cap on it bounds what
     /// recovery replays after a crash (`Config::max_unflushed_journal_bytes`).
     unflushed_journal_bytes: u64,
+    /// The records of a group, back to back, for its one journal write.
+    group_buf: Vec<u8>,
 }
 
 struct ManifestState {
@@ -161,6 +163,8 @@ struct Inner {
     /// Writes of the same key serialise on its stripe while the AAE tree is kept
     /// (`write_path.rs`); writes of other keys look their old versions up in parallel.
     key_stripes: Vec<Ranked<Mutex<()>>>,
+    /// Writers waiting for the journal (`write_path.rs`, group append).
+    write_queue: Ranked<Mutex<write_path::WriteQueue>>,
     snapshots: Ranked<Mutex<Vec<std::sync::Weak<SnapInner>>>>,
     mem: Ranked<RwLock<MemState>>,
     version: Ranked<RwLock<Arc<Version>>>,

@@ -318,6 +318,7 @@ impl Store {
             key_stripes: (0..write_path::KEY_STRIPES)
                 .map(|_| Ranked::mutex(Rank::KeyStripe, ()))
                 .collect(),
+            write_queue: Ranked::mutex(Rank::WriteQueue, Default::default()),
             write: Ranked::mutex(
                 Rank::Write,
                 WriteState {
@@ -326,6 +327,7 @@ impl Store {
                     next_segment_id: next_segment_id + 1,
                     unsynced_bytes: 0,
                     unflushed_journal_bytes: 0,
+                    group_buf: Vec::new(),
                 },
             ),
             mem: Ranked::rwlock(Rank::Mem, mem),

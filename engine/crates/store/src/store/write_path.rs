@@ -71,6 +71,51 @@ thread_local! {
 /// allocated in every thread that wrote one).
 const RECORD_BUF_KEEP: usize = 1 << 20;
 
+/// A group appends at most this many records or, past its first record, about this many bytes.
+const GROUP_RECORDS: usize = 256;
+const GROUP_BYTES: usize = 1 << 20;
+
+/// One write waiting to be appended: its record (SQN and CRC open) and what its ledger update
+/// needs.
+#[derive(Default)]
+pub(super) struct Job {
+    buf: Vec<u8>,
+    unsequenced: record::Unsequenced,
+    aae_delta: Option<(u32, u32)>,
+    kind: Kind,
+    timestamp: u64,
+    ledger_key: Vec<u8>,
+    metadata: Vec<u8>,
+    changes: Vec<IndexChange>,
+    value_len: usize,
+    value_hash: u32,
+    user_bytes: u64,
+}
+
+enum TicketState {
+    /// Waiting in the queue.
+    Queued(Box<Job>),
+    /// Waiting at the front of the queue, told to lead the next group.
+    Lead(Box<Job>),
+    /// A leader is appending it.
+    Taken,
+    Done(Result<Sqn>, Vec<u8>),
+}
+
+/// A writer's place in the queue; the leader fills it in and wakes the writer.
+pub(super) struct Ticket {
+    state: Mutex<TicketState>,
+    cv: Condvar,
+}
+
+/// Writers waiting for the journal (`Inner::group_append`).
+#[derive(Default)]
+pub(super) struct WriteQueue {
+    waiting: std::collections::VecDeque<Arc<Ticket>>,
+    /// A writer is leading a group (it or its successor will take what waits).
+    leading: bool,
+}
+
 /// Key stripes (`Inner::key_stripes`).
 pub(super) const KEY_STRIPES: usize = 256;
 
@@ -126,78 +171,191 @@ impl Inner {
             Some(_) => Some(self.aae_delta(bucket, key, &lk, kind, metadata)?),
             None => None,
         };
-        RECORD_BUF.with_borrow_mut(|buf| {
-            let unsequenced =
-                record::encode_unsequenced(buf, kind, timestamp, &lk, metadata, changes, value);
-            let r = self.append_and_apply(
-                buf,
-                &unsequenced,
-                aae_delta,
-                Applied {
-                    sqn: 0,
-                    kind,
-                    timestamp,
-                    ledger_key: &lk,
-                    metadata,
-                    changes,
-                    value_len: value.len(),
-                    value_hash,
-                },
-                (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
-            );
-            if buf.capacity() > RECORD_BUF_KEEP {
-                *buf = Vec::new();
-            }
-            r
-        })
+        let mut buf = RECORD_BUF.with_borrow_mut(std::mem::take);
+        let unsequenced =
+            record::encode_unsequenced(&mut buf, kind, timestamp, &lk, metadata, changes, value);
+        let job = Job {
+            buf,
+            unsequenced,
+            aae_delta,
+            kind,
+            timestamp,
+            ledger_key: lk,
+            metadata: metadata.to_vec(),
+            changes: changes.to_vec(),
+            value_len: value.len(),
+            value_hash,
+            user_bytes: (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
+        };
+        let (r, mut buf) = self.group_append(job);
+        if buf.capacity() <= RECORD_BUF_KEEP {
+            buf.clear();
+            RECORD_BUF.with_borrow_mut(|b| *b = buf);
+        }
+        let sqn = r?;
+        if self.cfg.sync_on_write == SyncMode::Sync {
+            self.wait_durable(sqn)?;
+        }
+        Ok(sqn)
     }
 
-    /// The serialised part of a write: SQN, journal append, AAE tree and memtable update, segment
-    /// roll, background-sync and memtable-rotation triggers; then, in sync mode, the wait for
-    /// the group commit (after the lock is released).
-    fn append_and_apply(
-        &self,
-        buf: &mut [u8],
-        unsequenced: &record::Unsequenced,
-        aae_delta: Option<(u32, u32)>,
-        mut applied: Applied<'_>,
-        user_bytes: u64,
-    ) -> Result<Sqn> {
-        let sqn = {
-            let mut w = self.write.lock();
-            self.check_open()?;
-            if let Some(e) = self.poisoned() {
-                return Err(Error::Poisoned(e));
+    /// Queue `job` for the journal: the writer that finds no leader leads — it appends the jobs
+    /// waiting (its own first) with one write under the write lock, hands each writer its SQN
+    /// and passes the lead to the next writer waiting — and every other writer sleeps until its
+    /// job is done (or it is handed the lead). Returns the job's SQN and its buffer.
+    fn group_append(&self, job: Job) -> (Result<Sqn>, Vec<u8>) {
+        let ticket = Arc::new(Ticket {
+            state: Mutex::new(TicketState::Queued(Box::new(job))),
+            cv: Condvar::new(),
+        });
+        let mut lead = {
+            let mut q = self.write_queue.lock();
+            q.waiting.push_back(ticket.clone());
+            !std::mem::replace(&mut q.leading, true)
+        };
+        loop {
+            if lead {
+                self.lead_one_group();
             }
-            // Everything that can fail without side effects comes before the append: a write
-            // that returns an error must leave no record behind for a replay to resurrect.
-            let sqn = w.next_sqn;
-            unsequenced.seal(buf, sqn);
-            let appended = w.journal.append(sqn, buf);
-            let len = buf.len();
-            if let Err(e) = appended {
-                if let Error::Poisoned(m) = &e {
-                    self.bg.lock().error.get_or_insert(m.clone());
-                }
-                return Err(e);
-            }
-            w.next_sqn += 1;
-            applied.sqn = sqn;
-            if let (Some(aae), Some((seg, delta))) = (&self.aae, aae_delta) {
-                if delta != 0 {
-                    aae.lock().xor(seg, delta);
+            let mut st = ticket.state.lock();
+            loop {
+                match std::mem::replace(&mut *st, TicketState::Taken) {
+                    TicketState::Done(r, buf) => return (r, buf),
+                    TicketState::Lead(job) => {
+                        *st = TicketState::Queued(job);
+                        lead = true;
+                        break;
+                    }
+                    other => {
+                        *st = other;
+                        ticket.cv.wait(&mut st);
+                    }
                 }
             }
-            apply(&self.mem.read().active, &applied);
-            self.last_sqn.store(sqn, Ordering::Release);
-            self.c
-                .journal_bytes
-                .fetch_add(len as u64, Ordering::Relaxed);
-            self.c.user_bytes.fetch_add(user_bytes, Ordering::Relaxed);
-            match applied.kind {
-                Kind::Put => self.c.puts.fetch_add(1, Ordering::Relaxed),
-                Kind::Delete => self.c.deletes.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// As the leader: take the jobs waiting (up to a group's worth), append them, hand out the
+    /// results, and pass the lead on (or give it up when nobody waits).
+    fn lead_one_group(&self) {
+        let mut group: Vec<(Arc<Ticket>, Job)> = Vec::new();
+        {
+            let mut q = self.write_queue.lock();
+            let mut bytes = 0usize;
+            while !q.waiting.is_empty() {
+                if !group.is_empty() && (group.len() >= GROUP_RECORDS || bytes >= GROUP_BYTES) {
+                    break;
+                }
+                let t = q.waiting.pop_front().expect("front exists");
+                let job = match std::mem::replace(&mut *t.state.lock(), TicketState::Taken) {
+                    TicketState::Queued(job) | TicketState::Lead(job) => *job,
+                    _ => unreachable!("a waiting ticket holds its job"),
+                };
+                bytes += job.buf.len();
+                group.push((t, job));
+            }
+        }
+        let mut jobs: Vec<Job> = group.iter_mut().map(|(_, j)| std::mem::take(j)).collect();
+        let first = self.append_batch(&mut jobs);
+        for (i, ((t, _), job)) in group.iter().zip(jobs).enumerate() {
+            let r = match &first {
+                Ok(sqn) => Ok(sqn + i as u64),
+                Err(e) => Err(e.duplicate()),
             };
+            *t.state.lock() = TicketState::Done(r, job.buf);
+            t.cv.notify_one();
+        }
+        let mut q = self.write_queue.lock();
+        match q.waiting.front() {
+            None => q.leading = false,
+            Some(next) => {
+                let mut st = next.state.lock();
+                if let TicketState::Queued(job) = std::mem::replace(&mut *st, TicketState::Taken) {
+                    *st = TicketState::Lead(job);
+                }
+                drop(st);
+                next.cv.notify_one();
+            }
+        }
+    }
+
+    /// The serialised part of a group of writes: SQNs, one journal append, AAE tree and memtable
+    /// updates, segment roll, background-sync and memtable-rotation triggers. Returns the first
+    /// job's SQN (the others follow it); on an error no job's record is in the journal.
+    fn append_batch(&self, jobs: &mut [Job]) -> Result<Sqn> {
+        let mut w = self.write.lock();
+        self.check_open()?;
+        if let Some(e) = self.poisoned() {
+            return Err(Error::Poisoned(e));
+        }
+        let first = w.next_sqn;
+        let mut records = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter_mut().enumerate() {
+            let sqn = first + i as u64;
+            job.unsequenced.seal(&mut job.buf, sqn);
+            records.push((sqn, job.buf.len() as u32));
+        }
+        let appended = if let [job] = &*jobs {
+            w.journal.append(first, &job.buf)
+        } else {
+            let mut all = std::mem::take(&mut w.group_buf);
+            all.clear();
+            for job in jobs.iter() {
+                all.extend_from_slice(&job.buf);
+            }
+            let r = w.journal.append_many(&records, &all);
+            if all.capacity() <= GROUP_BYTES * 2 {
+                w.group_buf = all;
+            }
+            r
+        };
+        if let Err(e) = appended {
+            if let Error::Poisoned(m) = &e {
+                self.bg.lock().error.get_or_insert(m.clone());
+            }
+            return Err(e);
+        }
+        let len: usize = jobs.iter().map(|j| j.buf.len()).sum();
+        let sqn = first + jobs.len() as u64 - 1;
+        w.next_sqn = sqn + 1;
+        if let Some(aae) = &self.aae {
+            let mut tree = aae.lock();
+            for (seg, delta) in jobs.iter().filter_map(|j| j.aae_delta) {
+                if delta != 0 {
+                    tree.xor(seg, delta);
+                }
+            }
+        }
+        {
+            let mem = self.mem.read();
+            for (i, job) in jobs.iter().enumerate() {
+                apply(
+                    &mem.active,
+                    &Applied {
+                        sqn: first + i as u64,
+                        kind: job.kind,
+                        timestamp: job.timestamp,
+                        ledger_key: &job.ledger_key,
+                        metadata: &job.metadata,
+                        changes: &job.changes,
+                        value_len: job.value_len,
+                        value_hash: job.value_hash,
+                    },
+                );
+                self.c
+                    .user_bytes
+                    .fetch_add(job.user_bytes, Ordering::Relaxed);
+                match job.kind {
+                    Kind::Put => self.c.puts.fetch_add(1, Ordering::Relaxed),
+                    Kind::Delete => self.c.deletes.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }
+        self.last_sqn.store(sqn, Ordering::Release);
+        self.c
+            .journal_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        {
             if w.journal.full(
                 self.cfg.journal_segment_bytes,
                 self.cfg.journal_segment_records,
@@ -254,12 +412,8 @@ impl Inner {
                 w.unflushed_journal_bytes = 0;
                 self.rotate_memtable();
             }
-            sqn
-        };
-        if self.cfg.sync_on_write == SyncMode::Sync {
-            self.wait_durable(sqn)?;
         }
-        Ok(sqn)
+        Ok(first)
     }
 
     /// Freeze the active memtable for flushing. Caller holds the write lock.

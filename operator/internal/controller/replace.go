@@ -33,8 +33,9 @@ const (
 
 // ReplaceFacts is what the operator read about the member to replace and its peers.
 type ReplaceFacts struct {
-	// PodExists, PodDeleting: the member's pod and whether it already has a deletion timestamp.
-	PodExists, PodDeleting bool
+	// PodExists: the member's pod exists (a pod stuck terminating on a lost node is force-deleted
+	// through NodeReady).
+	PodExists bool
 	// NodeName is the pod's node ("" when unscheduled); NodeReady whether that Node object exists
 	// and its Ready condition is True.
 	NodeName  string
@@ -187,7 +188,7 @@ func (r *KVClusterReconciler) replaceFacts(ctx context.Context, c *kvv1.KVCluste
 	var pod corev1.Pod
 	switch err := reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: member}, &pod); {
 	case err == nil:
-		f.PodExists, f.PodDeleting, f.NodeName, t.podUID = true, pod.DeletionTimestamp != nil, pod.Spec.NodeName, pod.UID
+		f.PodExists, f.NodeName, t.podUID = true, pod.Spec.NodeName, pod.UID
 	case !apierrors.IsNotFound(err):
 		return f, t, fmt.Errorf("replace %s: cannot read its pod: %w", member, err)
 	}

@@ -16,9 +16,8 @@ use crate::keys::{IndexChange, IndexOp, Term};
 /// Bytes before the body: length and CRC.
 pub(crate) const HEADER_BYTES: usize = 8;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    #[default]
     Put = 1,
     Delete = 2,
 }
@@ -52,17 +51,13 @@ pub(crate) fn encode(
     let mut rec = Vec::new();
     encode_unsequenced(
         &mut rec, kind, timestamp, ledger_key, metadata, changes, value,
-    )
-    .seal(&mut rec, sqn);
+    );
+    seal(&mut rec, sqn);
     out.extend_from_slice(&rec);
 }
 
-/// A record encoded before its SQN is known ([`encode_unsequenced`]): everything but the SQN and
-/// the CRC is in place. The write path encodes outside its lock and seals (SQN, CRC) under it.
-#[derive(Default)]
-pub(crate) struct Unsequenced;
-
-/// Encode a record into `out` (cleared first) with the SQN and CRC left open.
+/// Encode a record into `out` (cleared first) with the SQN and CRC left open: everything else is
+/// in place. The write path encodes outside its lock and [`seal`]s under it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_unsequenced(
     out: &mut Vec<u8>,
@@ -72,7 +67,7 @@ pub(crate) fn encode_unsequenced(
     metadata: &[u8],
     changes: &[IndexChange],
     value: &[u8],
-) -> Unsequenced {
+) {
     out.clear();
     out.extend_from_slice(&[0u8; HEADER_BYTES + 8]);
     put_u8(out, kind as u8);
@@ -97,19 +92,16 @@ pub(crate) fn encode_unsequenced(
     put_bytes(out, value);
     let body_len = (out.len() - HEADER_BYTES) as u32;
     out[0..4].copy_from_slice(&body_len.to_le_bytes());
-    Unsequenced
 }
 
-impl Unsequenced {
-    /// Write `sqn` and the record's CRC into `buf` (what [`encode_unsequenced`] filled). The CRC covers the SQN, which comes first, so it is
-    /// computed here, over the whole body. (Combining a CRC of the rest computed earlier with the
-    /// SQN's costs more than the hardware CRC of a 16 KiB body: measured, a zlib-style combine
-    /// under the write lock cut `16k_nosync` by 17 %.)
-    pub(crate) fn seal(&self, buf: &mut [u8], sqn: u64) {
-        buf[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&sqn.to_le_bytes());
-        let crc = crc32c::crc32c(&buf[HEADER_BYTES..]);
-        buf[4..8].copy_from_slice(&crc.to_le_bytes());
-    }
+/// Write `sqn` and the record's CRC into `buf` (what [`encode_unsequenced`] filled). The CRC
+/// covers the SQN, which comes first, so it is computed here, over the whole body. (Combining a
+/// CRC of the rest computed earlier with the SQN's costs more than the hardware CRC of a 16 KiB
+/// body: measured, a zlib-style combine under the write lock cut `16k_nosync` by 17 %.)
+pub(crate) fn seal(buf: &mut [u8], sqn: u64) {
+    buf[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&sqn.to_le_bytes());
+    let crc = crc32c::crc32c(&buf[HEADER_BYTES..]);
+    buf[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Parse the 8-byte header: (body length, crc).
@@ -236,7 +228,7 @@ mod tests {
             (u64::MAX - 3, &[0xAB; 70_000][..], &changes[..1]),
         ] {
             let mut buf = vec![9u8; 3]; // cleared first
-            let u = encode_unsequenced(
+            encode_unsequenced(
                 &mut buf,
                 Kind::Delete,
                 99,
@@ -245,7 +237,7 @@ mod tests {
                 changes,
                 value,
             );
-            u.seal(&mut buf, sqn);
+            seal(&mut buf, sqn);
             let r = decode(&buf).unwrap(); // checks the CRC over the SQN and the rest
             assert_eq!(
                 (
@@ -260,7 +252,7 @@ mod tests {
             );
             assert_eq!(r.changes, changes);
             // Sealed again with another SQN: the CRC follows.
-            u.seal(&mut buf, sqn ^ 1);
+            seal(&mut buf, sqn ^ 1);
             assert_eq!(decode(&buf).unwrap().sqn, sqn ^ 1);
         }
     }

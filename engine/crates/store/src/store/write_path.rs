@@ -77,10 +77,8 @@ const GROUP_BYTES: usize = 1 << 20;
 
 /// One write waiting to be appended: its record (SQN and CRC open) and what its ledger update
 /// needs.
-#[derive(Default)]
 pub(super) struct Job {
     buf: Vec<u8>,
-    unsequenced: record::Unsequenced,
     aae_delta: Option<(u32, u32)>,
     kind: Kind,
     timestamp: u64,
@@ -172,11 +170,9 @@ impl Inner {
             None => None,
         };
         let mut buf = RECORD_BUF.with_borrow_mut(std::mem::take);
-        let unsequenced =
-            record::encode_unsequenced(&mut buf, kind, timestamp, &lk, metadata, changes, value);
+        record::encode_unsequenced(&mut buf, kind, timestamp, &lk, metadata, changes, value);
         let job = Job {
             buf,
-            unsequenced,
             aae_delta,
             kind,
             timestamp,
@@ -238,12 +234,12 @@ impl Inner {
     /// As the leader: take the jobs waiting (up to a group's worth), append them, hand out the
     /// results, and pass the lead on (or give it up when nobody waits).
     fn lead_one_group(&self) {
-        let mut group: Vec<(Arc<Ticket>, Job)> = Vec::new();
+        let (mut tickets, mut jobs): (Vec<Arc<Ticket>>, Vec<Job>) = (Vec::new(), Vec::new());
         {
             let mut q = self.write_queue.lock();
             let mut bytes = 0usize;
             while !q.waiting.is_empty() {
-                if !group.is_empty() && (group.len() >= GROUP_RECORDS || bytes >= GROUP_BYTES) {
+                if !jobs.is_empty() && (jobs.len() >= GROUP_RECORDS || bytes >= GROUP_BYTES) {
                     break;
                 }
                 let t = q.waiting.pop_front().expect("front exists");
@@ -252,12 +248,12 @@ impl Inner {
                     _ => unreachable!("a waiting ticket holds its job"),
                 };
                 bytes += job.buf.len();
-                group.push((t, job));
+                tickets.push(t);
+                jobs.push(job);
             }
         }
-        let mut jobs: Vec<Job> = group.iter_mut().map(|(_, j)| std::mem::take(j)).collect();
         let first = self.append_batch(&mut jobs);
-        for (i, ((t, _), job)) in group.iter().zip(jobs).enumerate() {
+        for (i, (t, job)) in tickets.iter().zip(jobs).enumerate() {
             let r = match &first {
                 Ok(sqn) => Ok(sqn + i as u64),
                 Err(e) => Err(e.duplicate()),
@@ -292,7 +288,7 @@ impl Inner {
         let mut records = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.iter_mut().enumerate() {
             let sqn = first + i as u64;
-            job.unsequenced.seal(&mut job.buf, sqn);
+            record::seal(&mut job.buf, sqn);
             records.push((sqn, job.buf.len() as u32));
         }
         let appended = if let [job] = &*jobs {

@@ -42,17 +42,22 @@ impl Drop for Down {
     }
 }
 
-/// The preflist of (b, key) as the members report their ring: (partition, gRPC address of its
-/// owner) for each of its n_val partitions.
-pub async fn preflist(addrs: &[(String, String)], key: &str) -> Vec<(u32, String)> {
-    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", addrs[0].1))
+/// The member list and claim the node at `addr` reports (Admin.Members).
+async fn members_of(addr: &str) -> pb::MembersResponse {
+    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
-    let m = admin
+    admin
         .members(pb::MembersRequest {})
         .await
         .unwrap()
-        .into_inner();
+        .into_inner()
+}
+
+/// The preflist of (b, key) as the members report their ring: (partition, gRPC address of its
+/// owner) for each of its n_val partitions.
+pub async fn preflist(addrs: &[(String, String)], key: &str) -> Vec<(u32, String)> {
+    let m = members_of(&addrs[0].1).await;
     let ring = levee_cluster::RingSize::new(m.ring_size).unwrap();
     let first = levee_cluster::partition_of(b"b", key.as_bytes(), ring);
     (0..m.n_val)
@@ -243,15 +248,7 @@ pub async fn index_mismatches(
     addrs: &[(String, String)],
     terms: &std::collections::BTreeMap<String, std::collections::BTreeSet<i64>>,
 ) -> Vec<String> {
-    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", addrs[0].1))
-        .await
-        .unwrap();
-    let ring = admin
-        .members(pb::MembersRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .ring_size;
+    let ring = members_of(&addrs[0].1).await.ring_size;
     let mut out = Vec::new();
     let mut held = std::collections::BTreeMap::new();
     for (name, addr) in addrs {

@@ -16,7 +16,8 @@
 #   local-cluster.sh down DIR       stop every node (SIGTERM, then SIGKILL after 10 s)
 #
 # LEVEE_BIN names the binary (default: engine/target/release/levee). Everything lives under DIR:
-# DIR/members.json, DIR/<name>/{levee.toml,data/,log,pid,ports}.
+# DIR/members.json, DIR/<name>/{levee.toml,data/,log,pid,ports}. Bucket types besides the default:
+# `siblings` (conflict = "siblings") and, with n_val >= 2, `pair` (n_val = 2).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +26,7 @@ bin=${LEVEE_BIN:-$here/engine/target/release/levee}
 die() { echo "local-cluster: $*" >&2; exit 1; }
 # alive PID: running and not a zombie (an orphan's zombie may wait for a reaper that never comes)
 alive() { kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+usage() { sed -n '2,21p' "$0" >&2; exit 2; }
 
 # free_port: a port nothing listens on now, chosen below the kernel's ephemeral range. A port
 # from bind(0) is an ephemeral one, which the kernel hands to the next outgoing connection of any
@@ -155,6 +156,8 @@ sync_on_write = $sync
 aae_segments = 4096
 journal_segment_bytes = $segment_bytes
 EOF
+        # A type on two replicas (AAE exchange keeps its keys on those two: tests/.../aae_exchange.rs).
+        [ "$nval" -lt 2 ] || printf '[bucket_types.pair]\nn_val = 2\n' >> "$dir/$name/levee.toml"
         if [ -n "$handoff_rate$handoff_busy" ]; then
             printf '[handoff]\n' >> "$dir/$name/levee.toml"
             [ -z "$handoff_rate" ] || printf 'max_bytes_per_sec = %s\n' "$handoff_rate" >> "$dir/$name/levee.toml"

@@ -8,6 +8,9 @@
 //! An exchange therefore has each replica build the tree of one preflist's share of its vnode by a
 //! fold of the ledger (keys and metadata only; no value is read). A key whose value is missing
 //! from the journal is left out of that tree, so the exchange repairs it from the other replicas.
+//! Keys are grouped by the n_val they were written with (a bucket type may use fewer replicas
+//! than the cluster): one tree per group, compared and repaired among that group's replicas only,
+//! the first n_val of the preflist.
 //!
 //! The member that owns a preflist's first partition leads its exchanges: on a schedule
 //! (`[aae] exchange_interval_secs`, one exchange at a time, the round started at an offset of the
@@ -37,56 +40,88 @@ pub const MAX_SEGMENTS_PER_EXCHANGE: usize = 64;
 /// How long a replica may take to fold its vnode for one request.
 const FOLD_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// One preflist's share of a vnode: the tree's leaves, or the keys of some segments.
+/// One preflist's share of a vnode: its trees by n_val group, or the keys of some segments.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Share {
-    pub leaves: Vec<u32>,
+    /// n_val → the leaves of the keys written with it (only groups that hold keys).
+    pub trees: BTreeMap<u32, Vec<u32>>,
     pub keys: Vec<AaeKeyHash>,
 }
 
+/// What an `ExchangeTree` request asks a replica for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// The trees of every n_val group.
+    Trees,
+    /// The keys and hashes in `segments` of the keys written with `n_val`.
+    Keys { n_val: u32, segments: Vec<u32> },
+}
+
 /// Fold vnode `store`'s ledger for the keys whose preflist starts at `key_partition` (in a ring
-/// of `ring_size`): the tree of `segment_count` leaves, or with `segments` the keys and hashes in
-/// those segments. Keys whose value is missing from the journal are left out.
+/// of `ring_size`), grouped by the n_val they were written with (`SiblingSet::n_val` in a cluster
+/// of `cluster_n_val`): the trees of `segment_count` leaves, or the keys asked for. Keys whose
+/// value is missing from the journal are left out.
 pub fn preflist_share(
     store: &Store,
     ring_size: u32,
+    cluster_n_val: u32,
     key_partition: u32,
     segment_count: u32,
-    segments: Option<&[u32]>,
+    asked: &Asked,
 ) -> levee_store::Result<Share> {
     let snap = store.snapshot(levee_store::SnapshotKind::Fold)?;
     let opts = HeadFoldOptions {
         journal_check: true,
-        segments: segments.map(<[u32]>::to_vec),
+        segments: match asked {
+            Asked::Trees => None,
+            Asked::Keys { segments, .. } => Some(segments.clone()),
+        },
         segment_count,
         ..HeadFoldOptions::default()
     };
-    let mut share = Share {
-        leaves: if segments.is_none() {
-            vec![0; segment_count as usize]
-        } else {
-            Vec::new()
-        },
-        keys: Vec::new(),
-    };
+    let mut share = Share::default();
     for h in snap.fold_heads(&opts)? {
         let h = h?;
         if crate::ring::partition_of(&h.bucket, &h.key, ring_size) != key_partition {
             continue;
         }
+        let n_val = written_n_val(&h.head.metadata, cluster_n_val).map_err(|e| {
+            levee_store::Error::Corruption(format!(
+                "ledger metadata of {:?}/{:?}: {e}",
+                String::from_utf8_lossy(&h.bucket),
+                String::from_utf8_lossy(&h.key)
+            ))
+        })?;
         let hash = levee_store::aae_leaf_hash(&h.bucket, &h.key, &h.head.metadata);
-        if segments.is_none() {
-            share.leaves[levee_store::aae_segment(&h.bucket, &h.key, segment_count) as usize] ^=
-                hash;
-        } else {
-            share.keys.push(AaeKeyHash {
+        match asked {
+            Asked::Trees => {
+                let leaves = share
+                    .trees
+                    .entry(n_val)
+                    .or_insert_with(|| vec![0; segment_count as usize]);
+                leaves[levee_store::aae_segment(&h.bucket, &h.key, segment_count) as usize] ^= hash;
+            }
+            Asked::Keys { n_val: want, .. } if *want == n_val => share.keys.push(AaeKeyHash {
                 bucket: h.bucket,
                 key: h.key,
                 hash,
-            });
+            }),
+            Asked::Keys { .. } => {}
         }
     }
     Ok(share)
+}
+
+/// The n_val a stored object was written with (see [`preflist_share`]).
+fn written_n_val(meta: &[u8], cluster_n_val: u32) -> Result<u32, String> {
+    let set = levee_cluster::index_entries::siblings_bytes(meta).map_err(|e| e.to_string())?;
+    let set = levee_cluster::decode_siblings(set).map_err(|e| e.to_string())?;
+    Ok(set.n_val(cluster_n_val))
+}
+
+/// The replicas that should hold a group's keys: the first `n_val` of the preflist's targets.
+pub fn group_targets(targets: &[Target], n_val: u32) -> &[Target] {
+    &targets[..targets.len().min(n_val as usize)]
 }
 
 /// Segments whose leaves are not the same on every replica, in order.
@@ -196,20 +231,8 @@ async fn exchange_once(c: &Arc<Coordinator>, key_partition: u32) -> Result<Outco
         ));
     }
     let defaults = c.props("")?;
-    let n_val = defaults.n_val;
-    // Stored keys do not say which bucket type wrote them: an exchange at one n_val would copy the
-    // keys of a type with a smaller one to replicas that should not hold them.
-    if let Some((name, _)) = c.bucket_types.iter().find(|(_, p)| p.n_val != n_val) {
-        return Ok(Outcome::new(
-            key_partition,
-            "skipped",
-            format!(
-                "bucket type {name:?} has another n_val than the default type's {n_val}: \
-                 an exchange would copy its keys to replicas that should not hold them"
-            ),
-        ));
-    }
-    let targets = levee_cluster::targets_n(&view.claim, key_partition, n_val, &BTreeSet::new())
+    let cluster_n = view.claim.n_val();
+    let targets = levee_cluster::targets_n(&view.claim, key_partition, cluster_n, &BTreeSet::new())
         .map_err(|e| Status::failed_precondition(e.to_string()))?
         .targets;
     let down = c.peers.down();
@@ -227,44 +250,61 @@ async fn exchange_once(c: &Arc<Coordinator>, key_partition: u32) -> Result<Outco
     let shares = futures_util::future::join_all(
         targets
             .iter()
-            .map(|t| share_of(c, &view, t, key_partition, None)),
+            .map(|t| share_of(c, &view, t, key_partition, Asked::Trees)),
     )
     .await;
     let trees = shares
         .into_iter()
-        .map(|s| s.map(|s| s.leaves))
+        .map(|s| s.map(|s| s.trees))
         .collect::<Result<Vec<_>, _>>()?;
-    let segments = differing_segments(&trees);
     let mut o = Outcome::new(key_partition, "in_sync", "");
-    o.segments_differing = segments.len() as u32;
-    if segments.is_empty() {
-        return Ok(o);
-    }
-    let batch: Vec<u32> = segments
-        .into_iter()
-        .take(MAX_SEGMENTS_PER_EXCHANGE)
-        .collect();
-    let shares = futures_util::future::join_all(
-        targets
-            .iter()
-            .map(|t| share_of(c, &view, t, key_partition, Some(batch.clone()))),
-    )
-    .await;
-    let lists = shares
-        .into_iter()
-        .map(|s| s.map(|s| s.keys))
-        .collect::<Result<Vec<_>, _>>()?;
-    let keys = differing_keys(&lists);
-    o.keys_differing = keys.len() as u32;
-    o.result = "repaired";
     let mut failures = Vec::new();
-    for (bucket, key) in keys {
-        match repair(c, &view, &targets, &bucket, &key, defaults.conflict).await {
-            Ok(n) => {
-                o.keys_repaired += 1;
-                o.replicas_repaired += n;
+    // Each n_val group among the replicas that should hold it; the trees of replicas beyond
+    // (a copy left from before a smaller n_val's write, say) are not compared.
+    let groups: BTreeSet<u32> = trees.iter().flat_map(|t| t.keys().copied()).collect();
+    for n_val in groups {
+        let replicas = group_targets(&targets, n_val);
+        if replicas.len() < 2 {
+            continue;
+        }
+        let empty = vec![0; SEGMENTS as usize];
+        let leaves: Vec<Vec<u32>> = trees[..replicas.len()]
+            .iter()
+            .map(|t| t.get(&n_val).unwrap_or(&empty).clone())
+            .collect();
+        let segments = differing_segments(&leaves);
+        o.segments_differing += segments.len() as u32;
+        if segments.is_empty() {
+            continue;
+        }
+        let asked = Asked::Keys {
+            n_val,
+            segments: segments
+                .into_iter()
+                .take(MAX_SEGMENTS_PER_EXCHANGE)
+                .collect(),
+        };
+        let shares = futures_util::future::join_all(
+            replicas
+                .iter()
+                .map(|t| share_of(c, &view, t, key_partition, asked.clone())),
+        )
+        .await;
+        let lists = shares
+            .into_iter()
+            .map(|s| s.map(|s| s.keys))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys = differing_keys(&lists);
+        o.keys_differing += keys.len() as u32;
+        o.result = "repaired";
+        for (bucket, key) in keys {
+            match repair(c, &view, replicas, &bucket, &key, defaults.conflict).await {
+                Ok(n) => {
+                    o.keys_repaired += 1;
+                    o.replicas_repaired += n;
+                }
+                Err(e) => failures.push(e.message().to_string()),
             }
-            Err(e) => failures.push(e.message().to_string()),
         }
     }
     if !failures.is_empty() {
@@ -285,10 +325,10 @@ async fn share_of(
     view: &ClusterView,
     t: &Target,
     key_partition: u32,
-    segments: Option<Vec<u32>>,
+    asked: Asked,
 ) -> Result<Share, Status> {
     if t.node == c.peers.self_name {
-        return local_share(&c.replicas, t.partition, key_partition, SEGMENTS, segments).await;
+        return local_share(&c.replicas, t.partition, key_partition, SEGMENTS, asked).await;
     }
     let member = view
         .member(&t.node)
@@ -298,7 +338,14 @@ async fn share_of(
         partition: t.partition,
         key_partition,
         segment_count: SEGMENTS,
-        segments: segments.unwrap_or_default(),
+        segments: match &asked {
+            Asked::Trees => Vec::new(),
+            Asked::Keys { segments, .. } => segments.clone(),
+        },
+        n_val: match asked {
+            Asked::Trees => 0,
+            Asked::Keys { n_val, .. } => n_val,
+        },
     });
     req.set_timeout(FOLD_TIMEOUT);
     let r = client
@@ -311,8 +358,18 @@ async fn share_of(
             )
         })?
         .into_inner();
+    let mut trees = BTreeMap::new();
+    for tree in r.trees {
+        let n_val = tree.n_val;
+        if tree.leaves.len() != SEGMENTS as usize || trees.insert(n_val, tree.leaves).is_some() {
+            return Err(Status::internal(format!(
+                "{} p{}: its answer holds a malformed or repeated tree for n_val {n_val}",
+                t.node, t.partition
+            )));
+        }
+    }
     Ok(Share {
-        leaves: r.leaves,
+        trees,
         keys: r
             .keys
             .into_iter()
@@ -332,9 +389,10 @@ pub async fn local_share(
     partition: u32,
     key_partition: u32,
     segment_count: u32,
-    segments: Option<Vec<u32>>,
+    asked: Asked,
 ) -> Result<Share, Status> {
     let ring = replicas.ring_size();
+    let cluster_n = replicas.cluster_n_val();
     for (what, p) in [("partition", partition), ("key_partition", key_partition)] {
         if p >= ring {
             return Err(Status::invalid_argument(format!(
@@ -347,11 +405,18 @@ pub async fn local_share(
             "segment_count {segment_count} is outside 1..={MAX_SEGMENT_COUNT}"
         )));
     }
-    if let Some(bad) = segments.iter().flatten().find(|&&s| s >= segment_count) {
-        return Err(Status::invalid_argument(format!(
-            "segment {bad} is beyond a tree of {segment_count} segments (0..={})",
-            segment_count - 1
-        )));
+    if let Asked::Keys { n_val, segments } = &asked {
+        if let Some(bad) = segments.iter().find(|&&s| s >= segment_count) {
+            return Err(Status::invalid_argument(format!(
+                "segment {bad} is beyond a tree of {segment_count} segments (0..={})",
+                segment_count - 1
+            )));
+        }
+        if *n_val == 0 || *n_val > cluster_n {
+            return Err(Status::invalid_argument(format!(
+                "n_val {n_val} is outside 1..={cluster_n} (the cluster's n_val)"
+            )));
+        }
     }
     if replicas.readable(partition).is_err() {
         return Err(Status::failed_precondition(format!(
@@ -363,9 +428,10 @@ pub async fn local_share(
         preflist_share(
             &store,
             ring,
+            cluster_n,
             key_partition,
             segment_count,
-            segments.as_deref(),
+            &asked,
         )
     })
     .await

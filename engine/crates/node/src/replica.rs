@@ -191,6 +191,11 @@ impl Replicas {
         self.vnodes.stores.len() as u32
     }
 
+    /// The cluster's n_val (its claim's; bucket types may use fewer replicas).
+    pub fn cluster_n_val(&self) -> u32 {
+        self.vnodes.membership.view().claim.n_val()
+    }
+
     /// Requests waiting for `partition`'s vnode (0 for a partition not in the ring).
     pub fn queue_len(&self, partition: u32) -> u32 {
         if (partition as usize) < self.vnodes.stores.len() {
@@ -442,7 +447,7 @@ impl Replicas {
         key: &[u8],
         context: &Clock,
         mut content: Option<Content>,
-        timestamp_us: u64,
+        stamp: WriteStamp,
         policy: ConflictPolicy,
         edits: &[IndexEdit],
     ) -> Result<Stored, Status> {
@@ -463,8 +468,12 @@ impl Replicas {
         let clock = update(context, &local_set, actor)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         let meta = match &content {
-            Some(c) => SiblingMeta::for_value(&c.value, timestamp_us),
-            None => SiblingMeta::tombstone(timestamp_us),
+            Some(c) => SiblingMeta::for_value(&c.value, stamp.timestamp_us),
+            None => SiblingMeta::tombstone(stamp.timestamp_us),
+        };
+        let meta = SiblingMeta {
+            n_val: stamp.n_val,
+            ..meta
         };
         let new = Object::single(SiblingSet::single(clock, meta), content)
             .map_err(|e| Status::internal(e.to_string()))?;
@@ -479,6 +488,16 @@ impl Replicas {
             MergeMode::Write,
         )
     }
+}
+
+/// What the coordinator stamps on a new sibling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteStamp {
+    /// The coordinator's wall clock, microseconds since the Unix epoch (orders last-write-wins).
+    pub timestamp_us: u64,
+    /// The n_val the write was coordinated at when smaller than the cluster's, else 0
+    /// ([`SiblingMeta::written_at`]).
+    pub n_val: u8,
 }
 
 /// How a replica takes a merged object (`Replicas::merge`).
@@ -847,6 +866,12 @@ impl pb::node_server::Node for NodeService {
         });
         let edits = crate::kv::edits_from(q.index_changes)?;
         let policy = policy(q.policy);
+        let stamp = WriteStamp {
+            timestamp_us: q.timestamp_us,
+            n_val: u8::try_from(q.n_val).map_err(|_| {
+                Status::invalid_argument(format!("n_val {} is more than 255", q.n_val))
+            })?,
+        };
         let s = self
             .replicas
             .write(k.partition, deadline, move |r| {
@@ -856,7 +881,7 @@ impl pb::node_server::Node for NodeService {
                     &k.key,
                     &context,
                     content,
-                    q.timestamp_us,
+                    stamp,
                     policy,
                     &edits,
                 )
@@ -1033,17 +1058,28 @@ impl pb::node_server::Node for NodeService {
         req: Request<pb::ExchangeTreeRequest>,
     ) -> Result<Response<pb::ExchangeTreeResponse>, Status> {
         let q = req.into_inner();
-        let segments = (!q.segments.is_empty()).then_some(q.segments);
+        let asked = if q.segments.is_empty() {
+            crate::aae_exchange::Asked::Trees
+        } else {
+            crate::aae_exchange::Asked::Keys {
+                n_val: q.n_val,
+                segments: q.segments,
+            }
+        };
         let share = crate::aae_exchange::local_share(
             &self.replicas,
             q.partition,
             q.key_partition,
             q.segment_count,
-            segments,
+            asked,
         )
         .await?;
         Ok(Response::new(pb::ExchangeTreeResponse {
-            leaves: share.leaves,
+            trees: share
+                .trees
+                .into_iter()
+                .map(|(n_val, leaves)| pb::PreflistTree { n_val, leaves })
+                .collect(),
             keys: crate::admin::segment_keys_response(share.keys).keys,
         }))
     }

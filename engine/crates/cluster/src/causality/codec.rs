@@ -3,15 +3,17 @@
 //! ```text
 //! sibling set  = 0x53 ('S')  0x01 (version)  varint count  sibling × count
 //! context      = 0x43 ('C')  0x01 (version)  clock
-//! sibling      = clock  kind:u8  varint timestamp_us  [value: hash:u32le  varint size]
-//!                kind 0 = value (hash and size follow), 1 = tombstone (nothing follows)
+//! sibling      = clock  kind:u8  varint timestamp_us  [n_val:u8]  [value: hash:u32le  varint size]
+//!                kind 0 = value (hash and size follow), 1 = tombstone (nothing follows),
+//!                2 / 3 = value / tombstone written at a smaller n_val than the cluster's
+//!                (the n_val byte, 1..=255, follows the timestamp)
 //! clock        = varint v  (actor:u64le  varint counter) × v     the version vector
 //!                varint d  (actor:u64le  varint counter) × d     the dots beyond it
 //! varint       = unsigned LEB128, at most 10 bytes, shortest form
 //! ```
 //!
 //! Only the canonical form is accepted, so `encode(decode(bytes)) == bytes` for every input that
-//! decodes: vector actors strictly ascending with counters ≥ 1; dots strictly ascending by
+//! decodes: a sibling without a recorded n_val uses kind 0 or 1; vector actors strictly ascending with counters ≥ 1; dots strictly ascending by
 //! (actor, counter), each more than one past its actor's vector counter; siblings strictly
 //! ascending in (clock, metadata) order and none dominated by another; no byte after the last
 //! sibling. Every other input is a [`DecodeError`] naming the offset — never a panic, and
@@ -30,6 +32,8 @@ pub const FORMAT_VERSION: u8 = 1;
 
 const KIND_VALUE: u8 = 0;
 const KIND_TOMBSTONE: u8 = 1;
+/// The kinds above plus this: the sibling records the n_val it was written with.
+const KIND_WITH_N_VAL: u8 = 2;
 
 /// Why bytes are not a valid encoding. `at` is the byte offset where the problem was found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +57,8 @@ pub enum DecodeError {
     DotsNotAscending { at: usize },
     #[error("dot at byte {at} is held by or contiguous with the version vector")]
     DotNotBeyondVector { at: usize },
+    #[error("n_val 0 recorded at byte {at} (a sibling without one uses kind 0 or 1)")]
+    ZeroNVal { at: usize },
     #[error("unknown sibling kind {kind} at byte {at}")]
     UnknownKind { at: usize, kind: u8 },
     #[error("siblings not strictly ascending at byte {at}")]
@@ -82,17 +88,23 @@ fn put_clock(out: &mut Vec<u8>, clock: &Clock) {
 
 fn put_sibling(out: &mut Vec<u8>, s: &Sibling) {
     put_clock(out, &s.clock);
-    match s.meta.kind {
-        SiblingKind::Value { hash, size } => {
-            out.push(KIND_VALUE);
-            put_varint(out, s.meta.timestamp_us);
-            out.extend_from_slice(&hash.to_le_bytes());
-            put_varint(out, size);
-        }
-        SiblingKind::Tombstone => {
-            out.push(KIND_TOMBSTONE);
-            put_varint(out, s.meta.timestamp_us);
-        }
+    let kind = match s.meta.kind {
+        SiblingKind::Value { .. } => KIND_VALUE,
+        SiblingKind::Tombstone => KIND_TOMBSTONE,
+    };
+    let recorded = s.meta.n_val != 0;
+    out.push(if recorded {
+        kind + KIND_WITH_N_VAL
+    } else {
+        kind
+    });
+    put_varint(out, s.meta.timestamp_us);
+    if recorded {
+        out.push(s.meta.n_val);
+    }
+    if let SiblingKind::Value { hash, size } = s.meta.kind {
+        out.extend_from_slice(&hash.to_le_bytes());
+        put_varint(out, size);
     }
 }
 
@@ -228,8 +240,17 @@ impl<'a> Reader<'a> {
     fn sibling(&mut self) -> Result<Sibling, DecodeError> {
         let clock = self.clock()?;
         let at = self.pos;
-        let kind = self.u8("sibling kind")?;
+        let mut kind = self.u8("sibling kind")?;
         let timestamp_us = self.varint("timestamp")?;
+        let mut n_val = 0;
+        if (KIND_WITH_N_VAL..KIND_WITH_N_VAL * 2).contains(&kind) {
+            let n_at = self.pos;
+            n_val = self.u8("n_val")?;
+            if n_val == 0 {
+                return Err(DecodeError::ZeroNVal { at: n_at });
+            }
+            kind -= KIND_WITH_N_VAL;
+        }
         let kind = match kind {
             KIND_VALUE => {
                 let hash = u32::from_le_bytes(self.array("value hash")?);
@@ -239,7 +260,14 @@ impl<'a> Reader<'a> {
             KIND_TOMBSTONE => SiblingKind::Tombstone,
             kind => return Err(DecodeError::UnknownKind { at, kind }),
         };
-        Ok(Sibling::new(clock, SiblingMeta { timestamp_us, kind }))
+        Ok(Sibling::new(
+            clock,
+            SiblingMeta {
+                timestamp_us,
+                kind,
+                n_val,
+            },
+        ))
     }
 }
 
@@ -291,6 +319,7 @@ mod tests {
             Sibling::new(
                 Clock::from_parts([(a, 3)], [Dot::new(b, 200)]),
                 SiblingMeta {
+                    n_val: 0,
                     timestamp_us: 1_700_000_000_000_000,
                     kind: SiblingKind::Value {
                         hash: 0xdead_beef,
@@ -335,6 +364,49 @@ mod tests {
             )
         );
         assert_eq!(decode_siblings(&bytes), Ok(golden_set()));
+    }
+
+    /// A sibling written at a smaller n_val than the cluster's carries it after its timestamp.
+    #[test]
+    fn golden_bytes_of_siblings_that_record_their_n_val() {
+        let b = Actor::new(0xffff_0000_0000_0001);
+        let set = SiblingSet::from_siblings([
+            Sibling::new(
+                Clock::from_parts([(b, 1)], []),
+                SiblingMeta::tombstone(5).written_at(2, 3),
+            ),
+            Sibling::new(
+                Clock::from_parts([], [Dot::new(b, 3)]),
+                SiblingMeta::for_value(b"", 6).written_at(1, 3),
+            ),
+        ]);
+        let bytes = encode_siblings(&set);
+        assert_eq!(
+            hex(&bytes),
+            concat!(
+                "5301",
+                "02",
+                // no vector, dot b:3, a value at n_val 1 (kind 0 + 2)
+                "00",
+                "01",
+                "010000000000ffff",
+                "03",
+                "02",
+                "06",
+                "01",
+                "00000000",
+                "00",
+                // vector {b:1}, a tombstone at n_val 2 (kind 1 + 2)
+                "01",
+                "010000000000ffff",
+                "01",
+                "00",
+                "03",
+                "05",
+                "02",
+            )
+        );
+        assert_eq!(decode_siblings(&bytes), Ok(set));
     }
 
     #[test]
@@ -411,6 +483,19 @@ mod tests {
                 "an unknown kind",
                 vec![b'S', 1, 1, 0, 0, 7, 0],
                 DecodeError::UnknownKind { at: 5, kind: 7 },
+            ),
+            (
+                "a recorded n_val of 0",
+                vec![b'S', 1, 1, 0, 0, 3, 0, 0],
+                DecodeError::ZeroNVal { at: 7 },
+            ),
+            (
+                "a recorded n_val cut off",
+                vec![b'S', 1, 1, 0, 0, 3, 0],
+                DecodeError::Truncated {
+                    at: 7,
+                    what: "n_val",
+                },
             ),
             (
                 "a zero counter",

@@ -25,6 +25,10 @@ pub struct SiblingMeta {
     /// When the coordinator took the write, in microseconds since the Unix epoch (its wall clock).
     pub timestamp_us: u64,
     pub kind: SiblingKind,
+    /// The n_val of the bucket type that wrote it, when smaller than the cluster's; 0 when the
+    /// write used the cluster's n_val. Tells AAE exchange which replicas should hold the key
+    /// ([`SiblingSet::n_val`]).
+    pub n_val: u8,
 }
 
 impl SiblingMeta {
@@ -36,6 +40,7 @@ impl SiblingMeta {
                 hash: crc32c::crc32c(value),
                 size: value.len() as u64,
             },
+            n_val: 0,
         }
     }
 
@@ -43,7 +48,19 @@ impl SiblingMeta {
         SiblingMeta {
             timestamp_us,
             kind: SiblingKind::Tombstone,
+            n_val: 0,
         }
+    }
+
+    /// The same metadata recording a write at `n_val` replicas in a cluster of `cluster_n_val`
+    /// (recorded only when it is smaller).
+    pub fn written_at(self, n_val: u32, cluster_n_val: u32) -> SiblingMeta {
+        let n_val = if n_val < cluster_n_val {
+            u8::try_from(n_val).unwrap_or(u8::MAX)
+        } else {
+            0
+        };
+        SiblingMeta { n_val, ..self }
     }
 
     pub fn is_tombstone(&self) -> bool {
@@ -52,7 +69,8 @@ impl SiblingMeta {
 
     /// The last-write-wins order: later timestamp first; at the same microsecond a tombstone beats
     /// a value (a delete and a write that tie: the delete wins), then the larger hash, then the
-    /// larger size. Total on metadata, independent of clocks, the same on every node.
+    /// larger size, then the recorded n_val. Total on metadata, independent of clocks, the same
+    /// on every node.
     pub fn lww_cmp(&self, other: &SiblingMeta) -> Ordering {
         fn rank(k: &SiblingKind) -> (u8, u32, u64) {
             match *k {
@@ -63,6 +81,7 @@ impl SiblingMeta {
         self.timestamp_us
             .cmp(&other.timestamp_us)
             .then_with(|| rank(&self.kind).cmp(&rank(&other.kind)))
+            .then_with(|| self.n_val.cmp(&other.n_val))
     }
 }
 
@@ -271,6 +290,21 @@ impl SiblingSet {
     pub fn latest_timestamp_us(&self) -> Option<u64> {
         self.siblings.iter().map(|s| s.meta.timestamp_us).max()
     }
+
+    /// How many replicas should hold the key in a cluster of `cluster_n_val`: the largest n_val
+    /// its siblings (live or tombstones) were written with. A smaller n_val's preflist is the
+    /// start of a larger one's, so every sibling's replicas are among them. `cluster_n_val` for
+    /// the empty set.
+    pub fn n_val(&self, cluster_n_val: u32) -> u32 {
+        self.siblings
+            .iter()
+            .map(|s| match s.meta.n_val {
+                0 => cluster_n_val,
+                n => u32::from(n),
+            })
+            .max()
+            .unwrap_or(cluster_n_val)
+    }
 }
 
 #[cfg(test)]
@@ -282,6 +316,7 @@ mod tests {
 
     fn val(ts: u64, hash: u32) -> SiblingMeta {
         SiblingMeta {
+            n_val: 0,
             timestamp_us: ts,
             kind: SiblingKind::Value { hash, size: 1 },
         }
@@ -357,5 +392,33 @@ mod tests {
                 counter: u64::MAX
             })
         );
+    }
+
+    #[test]
+    fn a_key_needs_the_largest_n_val_its_siblings_were_written_with() {
+        // (recorded n_vals, cluster n_val, expected); 0 = the cluster's.
+        let table: [(&[u32], u32, u32); 6] = [
+            (&[], 3, 3),
+            (&[3], 3, 3),
+            (&[2], 3, 2),
+            (&[2, 1], 3, 2),
+            (&[2, 3], 3, 3),
+            (&[5], 3, 3), // a type's n_val is never above the cluster's; recorded as 0
+        ];
+        for (written, cluster, want) in table {
+            let set = SiblingSet::from_siblings(written.iter().enumerate().map(|(i, &n)| {
+                let meta = SiblingMeta::tombstone(i as u64).written_at(n, cluster);
+                Sibling::new(Clock::from_parts([], [Dot::new(X, i as u64 + 2)]), meta)
+            }));
+            assert_eq!(set.len(), written.len());
+            assert_eq!(
+                set.n_val(cluster),
+                want,
+                "{written:?} in a cluster of {cluster}"
+            );
+        }
+        // Only a smaller n_val is recorded, so a write at the cluster's encodes as before.
+        assert_eq!(val(1, 1).written_at(3, 3).n_val, 0);
+        assert_eq!(val(1, 1).written_at(1, 3).n_val, 1);
     }
 }

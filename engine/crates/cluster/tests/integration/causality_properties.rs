@@ -23,13 +23,16 @@ fn clock() -> impl Strategy<Value = Clock> {
 }
 
 fn meta() -> impl Strategy<Value = SiblingMeta> {
-    (0u64..5, any::<bool>(), 0u32..4, 0u64..3).prop_map(|(ts, tomb, hash, size)| SiblingMeta {
-        timestamp_us: ts,
-        kind: if tomb {
-            SiblingKind::Tombstone
-        } else {
-            SiblingKind::Value { hash, size }
-        },
+    (0u64..5, any::<bool>(), 0u32..4, 0u64..3, 0u8..3).prop_map(|(ts, tomb, hash, size, n_val)| {
+        SiblingMeta {
+            timestamp_us: ts,
+            n_val,
+            kind: if tomb {
+                SiblingKind::Tombstone
+            } else {
+                SiblingKind::Value { hash, size }
+            },
+        }
     })
 }
 
@@ -276,6 +279,7 @@ proptest! {
                     let id = t as u32;
                     let meta = SiblingMeta {
                         timestamp_us: t as u64,
+                        n_val: 0,
                         kind: if delete { SiblingKind::Tombstone } else { SiblingKind::Value { hash: id, size: 0 } },
                     };
                     let (ctx, seen) = reads[client].clone();

@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use levee_cluster::{
     encode_context, hint_holders, Clock, Content, PutDecision, PutReply, PutTracker, Replica,
-    ReplicaRole, Role, WriteOptions,
+    ReplicaRole, Role, SiblingMeta, WriteOptions,
 };
 use levee_proto::v1 as pb;
 use tonic::Status;
 
 use super::{failure_of, is_request_error, policy_pb, remaining, Coordinator};
-use crate::replica::{object_of, Stored};
+use crate::replica::{object_of, Stored, WriteStamp};
 
 /// What a hint of one write carries.
 #[derive(Clone)]
@@ -115,6 +115,12 @@ impl Coordinator {
             .unwrap_or_default()
             .as_micros() as u64;
         let context = encode_context(&w.context);
+        let stamp = WriteStamp {
+            timestamp_us,
+            n_val: SiblingMeta::tombstone(0)
+                .written_at(props.n_val, plan.view.claim.n_val())
+                .n_val,
+        };
         // Coordinate on this node's replica if it has one, else on the first target; never first
         // on a vnode rebuilding here (it lacks the object to merge with).
         let mut order: Vec<usize> = (0..targets.len()).collect();
@@ -142,12 +148,12 @@ impl Coordinator {
                 let (content, changes) = (w.content.clone(), changes.clone());
                 self.replicas
                     .write(p, deadline, move |r| {
-                        r.coordinate_put(p, &b, &k, &ctx, content, timestamp_us, policy, &changes)
+                        r.coordinate_put(p, &b, &k, &ctx, content, stamp, policy, &changes)
                     })
                     .await
                     .map(|s| (s, self.replicas.durable))
             } else {
-                self.coordinate_remote(&plan.view, t, &w, &context, timestamp_us, policy, deadline)
+                self.coordinate_remote(&plan.view, t, &w, &context, stamp, policy, deadline)
                     .await
             };
             match res {
@@ -310,7 +316,7 @@ impl Coordinator {
         t: &levee_cluster::Target,
         w: &Write,
         context: &[u8],
-        timestamp_us: u64,
+        stamp: WriteStamp,
         policy: levee_cluster::ConflictPolicy,
         deadline: Instant,
     ) -> Result<(Stored, bool), Status> {
@@ -329,9 +335,10 @@ impl Coordinator {
             tombstone,
             metadata,
             value,
-            timestamp_us,
+            timestamp_us: stamp.timestamp_us,
             policy: policy_pb(policy),
             index_changes: w.index_changes.clone(),
+            n_val: u32::from(stamp.n_val),
         });
         req.set_timeout(remaining(deadline));
         let r = self.observed(t, client.coordinate_put(req).await)?;

@@ -53,20 +53,58 @@ async fn metric_sum(nodes: &[(String, String, String)], name: &str) -> f64 {
     sum
 }
 
+/// Three members in `dir` (ring 16, n_val 3) with no scheduled exchanges — the tests run them —
+/// and `extra` options for the harness: (name, address, metrics) and (name, address) of each.
+type Nodes = Vec<(String, String, String)>;
+fn up_without_schedule(dir: &std::path::Path, extra: &[&str]) -> (Nodes, Vec<(String, String)>) {
+    let mut args = vec!["--aae-exchange-secs", "0"];
+    args.extend_from_slice(extra);
+    let nodes = nodes_of(&common::cluster::up3(dir.to_str().unwrap(), &args));
+    let addrs = nodes
+        .iter()
+        .map(|(n, a, _)| (n.clone(), a.clone()))
+        .collect();
+    (nodes, addrs)
+}
+
+/// Write `diverged-<key>` to the second replica of `key`'s preflist only (`CoordinatePut` at
+/// that vnode, from `context`, recording `n_val` as a coordinator would).
+async fn write_on_second_replica(
+    addrs: &[(String, String)],
+    k: &str,
+    context: Vec<u8>,
+    n_val: u32,
+) {
+    let (p, addr) = preflist(addrs, k).await.swap_remove(1);
+    let mut node = pb::node_client::NodeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    node.coordinate_put(pb::CoordinatePutRequest {
+        key: Some(pb::ReplicaKey {
+            partition: p,
+            bucket: "b".into(),
+            key: k.to_string().into(),
+        }),
+        context,
+        value: format!("diverged-{k}").into(),
+        timestamp_us: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64,
+        policy: pb::ConflictPolicy::Lww as i32,
+        n_val,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_exchange_round_repairs_replicas_that_diverged() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let _down = Down(dir.clone());
-    // No scheduled exchanges: this test runs them.
-    let nodes = nodes_of(&common::cluster::up3(
-        dir.to_str().unwrap(),
-        &["--aae-exchange-secs", "0"],
-    ));
-    let addrs: Vec<(String, String)> = nodes
-        .iter()
-        .map(|(n, a, _)| (n.clone(), a.clone()))
-        .collect();
+    let (nodes, addrs) = up_without_schedule(&dir, &[]);
 
     let mut kv = lazy(&nodes[0].1);
     for i in 0..KEYS {
@@ -106,29 +144,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
         } else {
             Vec::new()
         };
-        let (p, addr) = preflist(&addrs, &k).await.swap_remove(1);
-        let mut node = pb::node_client::NodeClient::connect(format!("http://{addr}"))
-            .await
-            .unwrap();
-        node.coordinate_put(pb::CoordinatePutRequest {
-            key: Some(pb::ReplicaKey {
-                partition: p,
-                bucket: "b".into(),
-                key: k.clone().into(),
-            }),
-            context,
-            tombstone: false,
-            metadata: Vec::new(),
-            value: format!("diverged-{k}").into(),
-            timestamp_us: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_micros() as u64,
-            policy: pb::ConflictPolicy::Lww as i32,
-            index_changes: vec![],
-        })
-        .await
-        .unwrap();
+        write_on_second_replica(&addrs, &k, context, 0).await;
         let sets = replicas(&addrs, &k).await;
         assert!(
             sets.iter().any(|s| *s != sets[1]),
@@ -210,6 +226,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
                 key_partition: 0,
                 segment_count: 0,
                 segments: vec![],
+                n_val: 0,
             },
             "segment_count 0 is outside",
         ),
@@ -219,8 +236,19 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
                 key_partition: 0,
                 segment_count: 64,
                 segments: vec![64],
+                n_val: 3,
             },
             "segment 64 is beyond a tree of 64 segments",
+        ),
+        (
+            pb::ExchangeTreeRequest {
+                partition: 0,
+                key_partition: 0,
+                segment_count: 64,
+                segments: vec![1],
+                n_val: 4,
+            },
+            "n_val 4 is outside 1..=3",
         ),
         (
             pb::ExchangeTreeRequest {
@@ -228,6 +256,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
                 key_partition: 0,
                 segment_count: 64,
                 segments: vec![],
+                n_val: 0,
             },
             "partition 16 is not in this node's ring of 16",
         ),
@@ -237,6 +266,7 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
                 key_partition: 99,
                 segment_count: 64,
                 segments: vec![],
+                n_val: 0,
             },
             "key_partition 99 is not in",
         ),
@@ -270,6 +300,119 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
     );
 }
 
+/// Keys of a bucket type with a smaller n_val (`pair`: 2 of the cluster's 3, hack/local-cluster.sh)
+/// are exchanged among the two replicas that should hold them and never copied to the third; a
+/// key the default type wrote on three replicas and `pair` deleted on two is not brought back by
+/// the third — the tombstone reaches it instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_are_exchanged_among_the_replicas_of_the_n_val_they_were_written_with() {
+    const PAIR_KEYS: usize = 60;
+    const DELETED: usize = 5;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(dir.clone());
+    let (nodes, addrs) = up_without_schedule(&dir, &[]);
+    let mut kv = lazy(&nodes[0].1);
+    let put = |i: usize, bucket_type: &str, value: String, w: u32| pb::PutRequest {
+        bucket: "b".into(),
+        key: key(i).into(),
+        value: value.into(),
+        bucket_type: bucket_type.into(),
+        w: quorum(w),
+        ..Default::default()
+    };
+    for i in 0..PAIR_KEYS {
+        kv.put(put(i, "pair", format!("v{i}"), 2)).await.unwrap();
+    }
+    for i in PAIR_KEYS..PAIR_KEYS + DELETED {
+        kv.put(put(i, "", format!("v{i}"), 3)).await.unwrap();
+    }
+    for i in 0..PAIR_KEYS {
+        let sets = replicas(&addrs, &key(i)).await;
+        assert!(
+            !sets[0].is_empty() && sets[0] == sets[1] && sets[2].is_empty(),
+            "{}: a pair key is not on exactly its two replicas: {sets:?}",
+            key(i)
+        );
+    }
+    let first = exchange_all(&nodes).await;
+    assert!(
+        first.len() == 16 && first.iter().all(|e| e.result == "in_sync"),
+        "{first:?}"
+    );
+
+    // Diverge: a newer version of NEWER pair keys on their second replica only; the DELETED keys
+    // deleted through `pair` (a tombstone on two replicas, the value still on the third).
+    for i in 0..NEWER {
+        let k = key(i);
+        let context = kv
+            .get(pb::GetRequest {
+                bucket: "b".into(),
+                key: k.clone().into(),
+                bucket_type: "pair".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .context;
+        write_on_second_replica(&addrs, &k, context, 2).await;
+    }
+    for i in PAIR_KEYS..PAIR_KEYS + DELETED {
+        kv.delete(pb::DeleteRequest {
+            bucket: "b".into(),
+            key: key(i).into(),
+            bucket_type: "pair".into(),
+            w: quorum(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let sets = replicas(&addrs, &key(i)).await;
+        assert!(
+            sets[0].is_tombstone_only() && sets[0] == sets[1] && !sets[2].is_tombstone_only(),
+            "{}: {sets:?}",
+            key(i)
+        );
+    }
+
+    let (round, repaired) = repair_round(&nodes).await;
+    for i in 0..NEWER {
+        let k = key(i);
+        let sets = replicas(&addrs, &k).await;
+        assert!(
+            sets[0] == sets[1] && sets[1].len() == 1 && sets[2].is_empty(),
+            "{k}: not repaired on its two replicas only: {sets:?}"
+        );
+        let g = kv
+            .get(pb::GetRequest {
+                bucket: "b".into(),
+                key: k.clone().into(),
+                bucket_type: "pair".into(),
+                r: quorum(1),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(sibling_values(&g), vec![format!("diverged-{k}")], "{k}");
+    }
+    for i in PAIR_KEYS..PAIR_KEYS + DELETED {
+        let sets = replicas(&addrs, &key(i)).await;
+        assert!(
+            sets[0].is_tombstone_only() && sets.iter().all(|s| *s == sets[0]),
+            "{}: the delete did not reach the third replica: {sets:?}",
+            key(i)
+        );
+    }
+    assert_eq!(repaired as usize, NEWER + DELETED, "{round:?}");
+    let again = exchange_all(&nodes).await;
+    assert!(
+        again.iter().all(|e| e.result == "in_sync"),
+        "second round: {again:?}"
+    );
+}
+
 /// A journal segment of one replica deleted (a damaged disk): the keys whose values it held read
 /// DATA_LOSS there while its ledger still names their versions. The replica's tree leaves them
 /// out, so one exchange round lists them, and the repair writes each value back even though the
@@ -281,19 +424,7 @@ async fn an_exchange_round_restores_values_a_replica_lost_from_its_journal() {
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
     // 16 KiB journal segments: each vnode closes several while the keys go in.
-    let nodes = nodes_of(&common::cluster::up3(
-        &d,
-        &[
-            "--aae-exchange-secs",
-            "0",
-            "--journal-segment-bytes",
-            "16384",
-        ],
-    ));
-    let addrs: Vec<(String, String)> = nodes
-        .iter()
-        .map(|(n, a, _)| (n.clone(), a.clone()))
-        .collect();
+    let (nodes, addrs) = up_without_schedule(&dir, &["--journal-segment-bytes", "16384"]);
     let value = |i: usize| format!("v{i}-{}", "x".repeat(1000));
     let mut kv = lazy(&nodes[0].1);
     for i in 0..KEYS {

@@ -41,6 +41,7 @@ fn put(k: &str, ctx: &Clock, value: Option<&str>, ts: u64, lww: bool) -> pb::Coo
             pb::ConflictPolicy::Siblings as i32
         },
         index_changes: vec![],
+        n_val: 0,
     }
 }
 

@@ -2,6 +2,9 @@
 //! harness: a write coordinated on one node and merged into the other, concurrent writes kept as
 //! siblings (or resolved by last-write-wins), a write with the read context superseding them, a
 //! delete as a tombstone, bad objects refused, and a vnode's actor kept across a SIGKILL.
+//!
+//! Each node is asked about a partition it owns: a copy in a vnode its node does not own would
+//! be handed off to the owner (and dropped) within a second of that owner being seen up.
 
 use crate::common;
 
@@ -13,11 +16,49 @@ use pb::node_client::NodeClient;
 use tonic::transport::Channel;
 use tonic::Code;
 
-const P: u32 = 3;
+/// A node's client and the partition it owns that the test uses there.
+struct Vnode {
+    c: NodeClient<Channel>,
+    p: u32,
+}
 
+impl Vnode {
+    async fn connect(addr: &str, name: &str) -> Vnode {
+        let mut admin = pb::admin_client::AdminClient::connect(addr.to_string())
+            .await
+            .unwrap();
+        let owners = admin
+            .members(pb::MembersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .owners;
+        let p = owners.iter().position(|o| o == name).unwrap() as u32;
+        let c = NodeClient::connect(addr.to_string()).await.unwrap();
+        Vnode { c, p }
+    }
+
+    async fn coordinate_put(
+        &mut self,
+        mut req: pb::CoordinatePutRequest,
+    ) -> Result<tonic::Response<pb::ReplicaObject>, tonic::Status> {
+        req.key.as_mut().unwrap().partition = self.p;
+        self.c.coordinate_put(req).await
+    }
+
+    async fn merge_replica(
+        &mut self,
+        mut req: pb::MergeReplicaRequest,
+    ) -> Result<tonic::Response<pb::HeadReplicaResponse>, tonic::Status> {
+        req.key.as_mut().unwrap().partition = self.p;
+        self.c.merge_replica(req).await
+    }
+}
+
+/// A replica key; the partition is the asked vnode's (set by [`Vnode`]).
 fn key(k: &str) -> pb::ReplicaKey {
     pb::ReplicaKey {
-        partition: P,
+        partition: 0,
         bucket: b"b".to_vec(),
         key: k.as_bytes().to_vec(),
     }
@@ -61,8 +102,10 @@ fn merge_req(k: &str, o: &pb::ReplicaObject, lww: bool) -> pb::MergeReplicaReque
 }
 
 /// The values a replica holds for `k`, sorted.
-async fn values(c: &mut NodeClient<Channel>, k: &str) -> Vec<String> {
-    let o = c.get_replica(key(k)).await.unwrap().into_inner();
+async fn values(v: &mut Vnode, k: &str) -> Vec<String> {
+    let mut rk = key(k);
+    rk.partition = v.p;
+    let o = v.c.get_replica(rk).await.unwrap().into_inner();
     let mut v: Vec<String> = decode_contents(&o.contents)
         .unwrap()
         .into_iter()
@@ -72,8 +115,10 @@ async fn values(c: &mut NodeClient<Channel>, k: &str) -> Vec<String> {
     v
 }
 
-async fn siblings(c: &mut NodeClient<Channel>, k: &str) -> SiblingSet {
-    decode_siblings(&c.head_replica(key(k)).await.unwrap().into_inner().siblings).unwrap()
+async fn siblings(v: &mut Vnode, k: &str) -> SiblingSet {
+    let mut rk = key(k);
+    rk.partition = v.p;
+    decode_siblings(&v.c.head_replica(rk).await.unwrap().into_inner().siblings).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,8 +132,8 @@ async fn replicas_merge_siblings_resolve_and_keep_their_actor_across_a_kill() {
         .lines()
         .map(|l| format!("http://{}", l.split_whitespace().nth(1).unwrap()))
         .collect();
-    let mut n1 = NodeClient::connect(addrs[0].clone()).await.unwrap();
-    let mut n2 = NodeClient::connect(addrs[1].clone()).await.unwrap();
+    let mut n1 = Vnode::connect(&addrs[0], "n1").await;
+    let mut n2 = Vnode::connect(&addrs[1], "n2").await;
 
     // A write coordinated at n1, merged into n2: both hold the same object.
     let o1 = n1
@@ -160,7 +205,7 @@ async fn replicas_merge_siblings_resolve_and_keep_their_actor_across_a_kill() {
     let mut far = key("k");
     far.partition = 99;
     assert_eq!(
-        n2.get_replica(far).await.unwrap_err().code(),
+        n2.c.get_replica(far).await.unwrap_err().code(),
         Code::InvalidArgument
     );
     assert!(siblings(&mut n2, "k").await.is_tombstone_only());
@@ -169,7 +214,7 @@ async fn replicas_merge_siblings_resolve_and_keep_their_actor_across_a_kill() {
     // context still carries one event per actor that wrote (n1's, n2's), not a third actor.
     run(&["kill", d, "n1"]);
     run(&["start", d, "n1"]);
-    let mut n1 = NodeClient::connect(addrs[0].clone()).await.unwrap();
+    let mut n1 = Vnode::connect(&addrs[0], "n1").await;
     let ctx = siblings(&mut n1, "k").await.context();
     let o5 = n1
         .coordinate_put(put("k", &ctx, Some("v5"), 5, false))

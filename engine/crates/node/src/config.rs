@@ -17,7 +17,9 @@
 //!               "default" type resolves conflicts by last write wins unless it says otherwise
 //!               (as Riak's default bucket type: clients that never pass a context back do not
 //!               pile up siblings); every other type keeps siblings unless it says "lww"
-//! [engine]      sync_on_write (bool), journal_segment_bytes, aae_segments
+//! [engine]      sync_on_write (bool), journal_segment_bytes, aae_segments,
+//!               compression_method ("none" | "lz4" | "zstd"; default "none"),
+//!               compression_point ("on_receipt" | "on_compact"; default "on_receipt")
 //! [compaction]  window_start_hour, window_end_hour, runs_per_day, time_zone, single_file_percent,
 //!               max_run_percent, max_run_length, scheduler ("external" | "node")
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
@@ -98,6 +100,10 @@ pub struct EngineSection {
     pub journal_segment_bytes: u64,
     /// AAE tree segments per vnode (0 disables the tree).
     pub aae_segments: u32,
+    /// How values are compressed in the journal: "none", "lz4" or "zstd".
+    pub compression_method: String,
+    /// When: "on_receipt" (as writes arrive) or "on_compact" (when journal compaction rewrites).
+    pub compression_point: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -245,6 +251,8 @@ impl Default for EngineSection {
             sync_on_write: false,
             journal_segment_bytes: 1 << 30,
             aae_segments: levee_store::Config::default().aae_segments,
+            compression_method: "none".into(),
+            compression_point: "on_receipt".into(),
         }
     }
 }
@@ -459,6 +467,16 @@ impl NodeConfig {
             } else {
                 0
             },
+            compression_method: self
+                .engine
+                .compression_method
+                .parse()
+                .map_err(|e| anyhow::anyhow!("[engine] {e}"))?,
+            compression_point: self
+                .engine
+                .compression_point
+                .parse()
+                .map_err(|e| anyhow::anyhow!("[engine] {e}"))?,
             ..levee_store::Config::default()
         };
         // Let the engine check ranges now, with its own messages.
@@ -661,6 +679,29 @@ ca_file = "/etc/levee/tls/ca.crt"
             let e = load(&format!("[handoff]\nbusy_percent = {bad}\n")).unwrap_err();
             assert!(e.to_string().contains("between 1 and 100"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn compression_is_named_and_bad_names_say_what_is_accepted() {
+        let load = |toml: &str| NodeConfig::load_str(toml).and_then(|c| c.validate().map(|_| c));
+        let e = load("").unwrap().store_config().unwrap();
+        assert_eq!(e.compression_method, levee_store::Compression::None);
+        let c =
+            load("[engine]\ncompression_method = \"zstd\"\ncompression_point = \"on_compact\"\n")
+                .unwrap();
+        let e = c.store_config().unwrap();
+        assert_eq!(e.compression_method, levee_store::Compression::Zstd);
+        assert_eq!(
+            e.compression_point,
+            levee_store::CompressionPoint::OnCompact
+        );
+        let e = load("[engine]\ncompression_method = \"gzip\"\n").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("[engine] invalid configuration: compression_method must be `none`, `lz4` or `zstd`, not `gzip`"),
+            "{e:#}"
+        );
+        let e = load("[engine]\ncompression_point = \"later\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("compression_point"), "{e:#}");
     }
 
     impl NodeConfig {

@@ -85,6 +85,11 @@ pub struct Config {
     pub compaction_window: (u32, u32),
     /// Scheduled compaction runs per day; 0 disables the scheduler (explicit `compact_journal` only).
     pub compaction_runs_per_day: u32,
+    /// How values are compressed in the journal (default none). Journal compaction also
+    /// compresses the raw records it rewrites while a method is set.
+    pub compression_method: crate::Compression,
+    /// When: as a write arrives (default), or only when journal compaction rewrites it.
+    pub compression_point: crate::CompressionPoint,
 }
 
 /// Longest accepted key.
@@ -122,6 +127,8 @@ impl Default for Config {
             compaction_bytes_per_sec: None,
             compaction_window: (0, 0),
             compaction_runs_per_day: 0,
+            compression_method: crate::Compression::None,
+            compression_point: crate::CompressionPoint::OnReceipt,
         }
     }
 }

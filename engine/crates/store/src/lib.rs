@@ -31,6 +31,7 @@ mod manifest;
 mod snapshot;
 pub mod storage;
 mod store;
+mod value_codec;
 mod view;
 
 #[cfg(test)]
@@ -50,3 +51,4 @@ pub use snapshot::{
     IndexQuery, ObjectFold, Snapshot, SnapshotKind,
 };
 pub use store::{CompactionReport, Head, Object, Sqn, Stats, Store, MAX_INDEX_CHANGE_BYTES};
+pub use value_codec::{Compression, CompressionPoint, ZSTD_LEVEL};

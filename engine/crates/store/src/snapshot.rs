@@ -599,15 +599,22 @@ impl Iterator for ObjectFold {
                     // Only the version the snapshot's ledger points to is live.
                     match view.get(rec.ledger_key) {
                         Ok(Some(v)) if v.sqn == rec.sqn && !v.tombstone => {
+                            let value = match rec.original_value(v.value_size as usize) {
+                                Ok(value) => value.into_owned(),
+                                Err(e) => return Some(Err(e)),
+                            };
+                            if let Err(e) = crate::store::check_value(&value, &v) {
+                                return Some(Err(e));
+                            }
                             return Some(Ok(FoldedObject {
                                 bucket: bucket.to_vec(),
                                 key: key.to_vec(),
                                 object: Object {
                                     sqn: v.sqn,
-                                    value: rec.value.to_vec(),
+                                    value,
                                     metadata: v.metadata,
                                 },
-                            }))
+                            }));
                         }
                         Ok(_) => continue,
                         Err(e) => return Some(Err(e)),

@@ -13,6 +13,7 @@ use parking_lot::RwLock;
 
 use crate::error::{Error, IoContext, Result};
 use crate::storage::{Disk, StorageFile};
+use crate::value_codec;
 use segment::{IdxEntry, Segment};
 
 /// The ordered segment list as readers hold it: a shared, immutable snapshot (taking one is one
@@ -25,6 +26,8 @@ pub(crate) struct Journal {
     segments: RwLock<SegmentList>,
     /// Records read from segments (the counting layer behind "HEAD never reads the journal").
     pub reads: AtomicU64,
+    /// The largest value a compressed record may claim (`Config::max_value_bytes`).
+    max_value_bytes: usize,
 }
 
 /// An owned copy of a record's payload.
@@ -34,11 +37,12 @@ pub(crate) struct OwnedRecord {
 }
 
 impl Journal {
-    pub(crate) fn new(dir: PathBuf, segments: Vec<Arc<Segment>>) -> Self {
+    pub(crate) fn new(dir: PathBuf, segments: Vec<Arc<Segment>>, max_value_bytes: usize) -> Self {
         Journal {
             dir,
             segments: RwLock::new(Arc::new(segments)),
             reads: AtomicU64::new(0),
+            max_value_bytes,
         }
     }
 
@@ -122,6 +126,17 @@ impl Journal {
                 seg.path.display(),
                 view.sqn
             )));
+        }
+        if view.codec != value_codec::ValueCodec::Raw {
+            let value = view.original_value(self.max_value_bytes).map_err(|err| {
+                Error::Corruption(format!(
+                    "segment {} record sqn {sqn}: {err}",
+                    seg.path.display()
+                ))
+            })?;
+            return Ok(OwnedRecord {
+                value: value.into_owned(),
+            });
         }
         // The value is the record's last field: keep it in the buffer it was read into (moved to
         // the front while that buffer is still in cache) rather than copying it into a new one —

@@ -4,6 +4,7 @@
 //! record   := body_len:u32 crc:u32 body            (crc = CRC32C(body), little-endian ints)
 //! body     := sqn:u64 kind:u8 timestamp:u64 ledger_key:bytes metadata:bytes n_changes:u32 change*
 //!             value:bytes
+//! kind     := (codec << 4) | (1 put, 2 delete)     codec: 0 raw, 1 lz4, 2 zstd (value_codec.rs)
 //! change   := op:u8 (1 add, 2 remove) field:bytes term
 //! term     := 0x01 i64 | 0x02 bytes
 //! bytes    := len:u32 data
@@ -12,6 +13,7 @@
 use crate::codec::{put_bytes, put_u32, put_u64, put_u8, Reader};
 use crate::error::{Error, Result};
 use crate::keys::{IndexChange, IndexOp, Term};
+use crate::value_codec::{self, ValueCodec};
 
 /// Bytes before the body: length and CRC.
 pub(crate) const HEADER_BYTES: usize = 8;
@@ -32,7 +34,19 @@ pub(crate) struct RecordView<'a> {
     pub ledger_key: &'a [u8],
     pub metadata: &'a [u8],
     pub changes: Vec<IndexChange>,
+    /// The value as stored (compressed when `codec` says so: [`RecordView::original_value`]).
     pub value: &'a [u8],
+    pub codec: ValueCodec,
+}
+
+impl RecordView<'_> {
+    /// The value as written, decompressed if need be (at most `max_len` bytes).
+    pub(crate) fn original_value(&self, max_len: usize) -> Result<std::borrow::Cow<'_, [u8]>> {
+        Ok(match self.codec {
+            ValueCodec::Raw => std::borrow::Cow::Borrowed(self.value),
+            c => std::borrow::Cow::Owned(value_codec::decompress(c, self.value, max_len)?),
+        })
+    }
 }
 
 /// Encode a whole record (header + body) into `out`: the two steps of the write path in one.
@@ -50,14 +64,22 @@ pub(crate) fn encode(
 ) {
     let mut rec = Vec::new();
     encode_unsequenced(
-        &mut rec, kind, timestamp, ledger_key, metadata, changes, value,
+        &mut rec,
+        kind,
+        timestamp,
+        ledger_key,
+        metadata,
+        changes,
+        value,
+        ValueCodec::Raw,
     );
     seal(&mut rec, sqn);
     out.extend_from_slice(&rec);
 }
 
 /// Encode a record into `out` (cleared first) with the SQN and CRC left open: everything else is
-/// in place. The write path encodes outside its lock and [`seal`]s under it.
+/// in place. The write path encodes outside its lock and [`seal`]s under it. `value` is stored
+/// as `codec` says it is.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_unsequenced(
     out: &mut Vec<u8>,
@@ -67,10 +89,11 @@ pub(crate) fn encode_unsequenced(
     metadata: &[u8],
     changes: &[IndexChange],
     value: &[u8],
+    codec: ValueCodec,
 ) {
     out.clear();
     out.extend_from_slice(&[0u8; HEADER_BYTES + 8]);
-    put_u8(out, kind as u8);
+    put_u8(out, ((codec as u8) << 4) | kind as u8);
     put_u64(out, timestamp);
     put_bytes(out, ledger_key);
     put_bytes(out, metadata);
@@ -121,12 +144,13 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
     }
     let mut r = Reader::new(body, "journal record");
     let sqn = r.u64()?;
-    let kind = match r.u8()? {
-        1 => Kind::Put,
-        2 => Kind::Delete,
-        k => {
+    let kind_byte = r.u8()?;
+    let (kind, codec) = match (kind_byte & 0x0f, ValueCodec::from_bits(kind_byte >> 4)) {
+        (1, Some(c)) => (Kind::Put, c),
+        (2, Some(c)) => (Kind::Delete, c),
+        _ => {
             return Err(Error::Corruption(format!(
-                "journal record has unknown kind {k}"
+                "journal record has unknown kind {kind_byte:#04x}"
             )))
         }
     };
@@ -172,6 +196,7 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
         metadata,
         changes,
         value,
+        codec,
     })
 }
 
@@ -222,10 +247,15 @@ mod tests {
             IndexChange::add(b"age_int".to_vec(), Term::Int(-42)),
             IndexChange::remove(b"name_bin".to_vec(), Term::Bin(b"bob\0".to_vec())),
         ];
-        for (sqn, value, changes) in [
-            (77u64, &b"value!"[..], &changes[..]),
-            (1, &b""[..], &[][..]),
-            (u64::MAX - 3, &[0xAB; 70_000][..], &changes[..1]),
+        for (sqn, value, changes, codec) in [
+            (77u64, &b"value!"[..], &changes[..], ValueCodec::Raw),
+            (1, &b""[..], &[][..], ValueCodec::Lz4),
+            (
+                u64::MAX - 3,
+                &[0xAB; 70_000][..],
+                &changes[..1],
+                ValueCodec::Zstd,
+            ),
         ] {
             let mut buf = vec![9u8; 3]; // cleared first
             encode_unsequenced(
@@ -236,6 +266,7 @@ mod tests {
                 b"vv",
                 changes,
                 value,
+                codec,
             );
             seal(&mut buf, sqn);
             let r = decode(&buf).unwrap(); // checks the CRC over the SQN and the rest
@@ -251,9 +282,23 @@ mod tests {
                 (sqn, Kind::Delete, 99, &b"\x01b\0k"[..], &b"vv"[..], value)
             );
             assert_eq!(r.changes, changes);
+            assert_eq!(r.codec, codec);
             // Sealed again with another SQN: the CRC follows.
             seal(&mut buf, sqn ^ 1);
             assert_eq!(decode(&buf).unwrap().sqn, sqn ^ 1);
+        }
+    }
+
+    #[test]
+    fn an_unknown_kind_or_codec_is_corruption() {
+        for kind_byte in [0x00u8, 0x03, 0x31, 0xf2] {
+            let mut buf = sample();
+            buf[HEADER_BYTES + 8] = kind_byte;
+            seal(&mut buf, 77);
+            match decode(&buf) {
+                Err(Error::Corruption(m)) => assert!(m.contains("unknown kind"), "{m}"),
+                other => panic!("{kind_byte:#04x}: {other:?}"),
+            }
         }
     }
 

@@ -1,9 +1,45 @@
 //! Journal compaction: score closed segments, rewrite a chosen run's live records (original
-//! SQNs) into new segments, swap them in; and the daily scheduler.
+//! SQNs) into new segments, swap them in; and the daily scheduler. While a compression method
+//! is set, a live record stored raw is compressed as it is rewritten (value_codec.rs).
 
 use super::*;
+use crate::value_codec::{self, ValueCodec};
 
 impl Inner {
+    /// With a compression method set, re-encode a raw put record `rec` with its value compressed
+    /// into `out` (same SQN, same ledger data: the ledger keeps the original value's length and
+    /// CRC). Returns false — `out` unused — when the record stays as it is.
+    fn recompressed(
+        &self,
+        rec: &RecordView<'_>,
+        packed: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        let method = self.cfg.compression_method;
+        if method == crate::Compression::None
+            || rec.codec != ValueCodec::Raw
+            || rec.kind != Kind::Put
+        {
+            return Ok(false);
+        }
+        let codec = value_codec::compress(method, rec.value, packed);
+        if codec == ValueCodec::Raw {
+            return Ok(false);
+        }
+        record::encode_unsequenced(
+            out,
+            rec.kind,
+            rec.timestamp,
+            rec.ledger_key,
+            rec.metadata,
+            &rec.changes,
+            packed,
+            codec,
+        );
+        record::seal(out, rec.sqn);
+        Ok(true)
+    }
+
     /// No journal record at or below this SQN is needed by any recovery path: every manifest
     /// generation a later open might use has persisted it in the ledger.
     pub(super) fn protected_sqn(&self) -> Sqn {
@@ -145,6 +181,7 @@ impl Inner {
             })
         };
         let mut moved = 0u64;
+        let (mut packed, mut rewritten) = (Vec::new(), Vec::new());
         let rewrite = (|| -> Result<()> {
             for seg in run {
                 for e in seg.entries()? {
@@ -177,12 +214,14 @@ impl Inner {
                         outputs.push(w.seg.clone());
                         writer = Some(w);
                     }
-                    writer.as_mut().unwrap().append(rec.sqn, &raw)?;
+                    let out = self.recompressed(&rec, &mut packed, &mut rewritten)?;
+                    let out = if out { &rewritten[..] } else { &raw[..] };
+                    writer.as_mut().unwrap().append(rec.sqn, out)?;
                     self.c
                         .journal_bytes
-                        .fetch_add(raw.len() as u64, Ordering::Relaxed);
+                        .fetch_add(out.len() as u64, Ordering::Relaxed);
                     report.records_kept += 1;
-                    moved += 2 * raw.len() as u64;
+                    moved += (raw.len() + out.len()) as u64;
                     if let Some(rate) = self.cfg.compaction_bytes_per_sec.filter(|r| *r > 0) {
                         let due = Duration::from_secs_f64(moved as f64 / rate as f64);
                         if let Some(wait) = due.checked_sub(started.elapsed()) {

@@ -139,16 +139,20 @@ impl Store {
         let mut empty_segments = Vec::new();
         let mut next_replay = persisted + 1;
         let mut gap: Option<(Sqn, Sqn)> = None;
-        let mut replay = |mem: &mut MemState, view: &RecordView<'_>| {
+        let mut replay = |mem: &mut MemState, view: &RecordView<'_>| -> Result<()> {
             if view.sqn != next_replay && gap.is_none() {
                 gap = Some((next_replay, view.sqn));
             }
             next_replay = view.sqn + 1;
-            apply(&mem.active, &Applied::from_record(view));
+            let applied = Applied::from_record(view, cfg.max_value_bytes).map_err(|e| {
+                Error::Corruption(format!("replaying journal record sqn {}: {e}", view.sqn))
+            })?;
+            apply(&mem.active, &applied);
             if mem.active.bytes() >= cfg.memtable_bytes {
                 let full = std::mem::take(&mut mem.active);
                 mem.immutables.push_back(full);
             }
+            Ok(())
         };
         for (i, &id) in ids.iter().enumerate() {
             let is_last = i + 1 == ids.len();
@@ -180,7 +184,7 @@ impl Store {
                             e.sqn
                         ))
                     })?;
-                    replay(&mut mem, &view);
+                    replay(&mut mem, &view)?;
                 }
                 seg
             } else {
@@ -193,7 +197,7 @@ impl Store {
                     let end = segment::scan(&*disk, &path, start, last, |e, view| {
                         entries.push(e);
                         if view.sqn > persisted {
-                            replay(&mut mem, view);
+                            replay(&mut mem, view)?;
                         }
                         Ok(())
                     })?;
@@ -290,7 +294,7 @@ impl Store {
         let (active_seg, file) = Segment::create(&disk, &journal_dir, next_segment_id)?;
         segments.push(active_seg.clone());
         sync_dir(&*disk, &journal_dir)?;
-        let journal = Arc::new(Journal::new(journal_dir, segments));
+        let journal = Arc::new(Journal::new(journal_dir, segments, cfg.max_value_bytes));
         let writer = JournalWriter {
             seg: active_seg,
             file,

@@ -3,6 +3,7 @@
 //! fdatasync or segment roll.
 
 use super::*;
+use crate::value_codec::{self, ValueCodec};
 
 /// The ledger side of one write.
 pub(crate) struct Applied<'a> {
@@ -17,17 +18,20 @@ pub(crate) struct Applied<'a> {
 }
 
 impl<'a> Applied<'a> {
-    pub(super) fn from_record(view: &'a RecordView<'a>) -> Self {
-        Applied {
+    /// The ledger changes of a journal record (recovery); the value's length and CRC are the
+    /// original value's, so a compressed one is decompressed (at most `max_value` bytes).
+    pub(super) fn from_record(view: &'a RecordView<'a>, max_value: usize) -> Result<Self> {
+        let value = view.original_value(max_value)?;
+        Ok(Applied {
             sqn: view.sqn,
             kind: view.kind,
             timestamp: view.timestamp,
             ledger_key: view.ledger_key,
             metadata: view.metadata,
             changes: &view.changes,
-            value_len: view.value.len(),
-            value_hash: crc32c::crc32c(view.value),
-        }
+            value_len: value.len(),
+            value_hash: crc32c::crc32c(&value),
+        })
     }
 }
 
@@ -65,6 +69,8 @@ pub(super) fn apply(mem: &Memtable, w: &Applied<'_>) {
 thread_local! {
     /// Each writing thread's record buffer (records are encoded outside the write lock).
     static RECORD_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The writer's compressed value, before it is encoded into its record.
+    static COMPRESS_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A record buffer that grew past this is freed after its write (one huge value does not stay
@@ -170,7 +176,35 @@ impl Inner {
             None => None,
         };
         let mut buf = RECORD_BUF.with_borrow_mut(std::mem::take);
-        record::encode_unsequenced(&mut buf, kind, timestamp, &lk, metadata, changes, value);
+        let compress = self.cfg.compression_method != crate::Compression::None
+            && self.cfg.compression_point == crate::CompressionPoint::OnReceipt;
+        if compress {
+            COMPRESS_BUF.with_borrow_mut(|packed| {
+                let codec = value_codec::compress(self.cfg.compression_method, value, packed);
+                let stored = if codec == ValueCodec::Raw {
+                    value
+                } else {
+                    &packed[..]
+                };
+                record::encode_unsequenced(
+                    &mut buf, kind, timestamp, &lk, metadata, changes, stored, codec,
+                );
+                if packed.capacity() > RECORD_BUF_KEEP {
+                    *packed = Vec::new();
+                }
+            });
+        } else {
+            record::encode_unsequenced(
+                &mut buf,
+                kind,
+                timestamp,
+                &lk,
+                metadata,
+                changes,
+                value,
+                ValueCodec::Raw,
+            );
+        }
         let job = Job {
             buf,
             aae_delta,

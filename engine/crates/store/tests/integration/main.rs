@@ -5,6 +5,7 @@
 //! `make crash-soak` runs them alone with many more cases.
 
 mod api;
+mod compression;
 mod corruption;
 mod disk_full;
 mod fault_regressions;

@@ -160,5 +160,5 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             t.ca_file = Some(v);
         }
     }
-    server::run(cfg, server::termination()).await
+    server::run(cfg, server::termination()?).await
 }

@@ -248,13 +248,17 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn termination() {
+/// A future that resolves on SIGTERM or SIGINT. The handlers are installed here, before the
+/// future is first polled: a signal that arrives between the startup line and the first poll
+/// (a test, or Kubernetes, stopping a node that just started) must drain the node, not kill it.
+pub fn termination() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

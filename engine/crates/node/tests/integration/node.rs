@@ -638,6 +638,25 @@ async fn grpc_health_turns_not_serving_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
 }
 
+/// A SIGTERM sent the moment the startup line appears drains the node like any other: the
+/// handlers are installed before that line, so the signal never meets the default action (which
+/// killed the process with its stores open). Several starts, since a late handler lost the race
+/// only now and then.
+#[test]
+fn sigterm_right_after_the_startup_line_drains_the_node() {
+    for _ in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = Node::start(dir.path(), &[]);
+        node.signal(SIGTERM);
+        let status = node.child.wait().unwrap();
+        let log = std::fs::read_to_string(&node.stderr).unwrap();
+        assert!(
+            status.success() && log.contains("stores flushed and closed"),
+            "exit status {status:?}; log:\n{log}"
+        );
+    }
+}
+
 /// Runs the `levee` CLI against `addr` with `--json`; its stdout lines.
 fn cli_json(addr: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_levee"))

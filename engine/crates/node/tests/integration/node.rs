@@ -311,6 +311,22 @@ async fn oversized_values_are_resource_exhausted() {
     );
     assert!(e.message().contains("too large"), "{e:?}");
     kv.put(put("b", "k", &[0u8; 1000], vec![])).await.unwrap();
+    // The Admin service has the same limit (tonic's default would take 4 MiB).
+    let mut admin = node.admin().await;
+    let segment_keys = |n: u32| pb::AaeSegmentKeysRequest {
+        partition: 0,
+        segments: (0..n).collect(),
+    };
+    let e = admin
+        .aae_segment_keys(segment_keys(3000))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.code(), Code::ResourceExhausted | Code::OutOfRange)
+            && e.message().contains("too large"),
+        "admin message over max_message_bytes: {e:?}"
+    );
+    admin.aae_segment_keys(segment_keys(100)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -124,8 +124,8 @@ func maintenanceJobSpec(c *kvv1.KVCluster, lbl map[string]string, jobDeadline *i
 		ct.VolumeMounts = []corev1.VolumeMount{{Name: "tls", MountPath: TLSDir, ReadOnly: true}}
 		ct.Env = append(ct.Env,
 			corev1.EnvVar{Name: "LEVEE_TLS_CA", Value: TLSDir + "/ca.crt"},
-			corev1.EnvVar{Name: "LEVEE_TLS_CERT", Value: TLSDir + "/tls.crt"},
-			corev1.EnvVar{Name: "LEVEE_TLS_KEY", Value: TLSDir + "/tls.key"},
+			corev1.EnvVar{Name: "LEVEE_CLIENT_TLS_CERT", Value: TLSDir + "/tls.crt"},
+			corev1.EnvVar{Name: "LEVEE_CLIENT_TLS_KEY", Value: TLSDir + "/tls.key"},
 		)
 	}
 	return batchv1.JobSpec{

@@ -207,7 +207,7 @@ func TestMaintenanceJobsCarryTheMemberCertificateWithTLS(t *testing.T) {
 			for _, e := range ct.Env {
 				env[e.Name] = e.Value
 			}
-			if env["LEVEE_TLS_CA"] != TLSDir+"/ca.crt" || env["LEVEE_TLS_CERT"] != TLSDir+"/tls.crt" || env["LEVEE_TLS_KEY"] != TLSDir+"/tls.key" {
+			if env["LEVEE_TLS_CA"] != TLSDir+"/ca.crt" || env["LEVEE_CLIENT_TLS_CERT"] != TLSDir+"/tls.crt" || env["LEVEE_CLIENT_TLS_KEY"] != TLSDir+"/tls.key" {
 				t.Errorf("%s/%s: env = %v", cj.Name, ct.Name, env)
 			}
 			if len(ct.VolumeMounts) != 1 || ct.VolumeMounts[0].MountPath != TLSDir || ct.VolumeMounts[0].Name != "tls" {

@@ -23,11 +23,12 @@ pub struct Conn {
     /// Connect with TLS, trusting the node certificates this CA (PEM) signed.
     #[arg(long, env = "LEVEE_TLS_CA", global = true)]
     tls_ca: Option<PathBuf>,
-    /// Client certificate (PEM) for nodes that require one; needs --tls-key.
-    #[arg(long, env = "LEVEE_TLS_CERT", global = true)]
+    /// Client certificate (PEM) for nodes that require one; needs --tls-key. (Not
+    /// LEVEE_TLS_CERT, which client commands no longer read: that name was also `serve`'s.)
+    #[arg(long, env = "LEVEE_CLIENT_TLS_CERT", global = true)]
     tls_cert: Option<PathBuf>,
     /// Private key (PEM) of --tls-cert.
-    #[arg(long, env = "LEVEE_TLS_KEY", global = true)]
+    #[arg(long, env = "LEVEE_CLIENT_TLS_KEY", global = true)]
     tls_key: Option<PathBuf>,
     /// Name the node's certificate must carry (default: the host of --addr).
     #[arg(long, env = "LEVEE_TLS_DOMAIN", global = true)]
@@ -501,7 +502,11 @@ fn transport_hint(conn: &Conn, e: &anyhow::Error) -> Option<&'static str> {
     match endpoint(conn) {
         Ok((_, None)) => Some("if the node serves TLS, connect with --tls-ca FILE (docs/node.md)"),
         Ok((_, Some(_))) if conn.tls_cert.is_none() => {
-            Some("if the node requires client certificates, add --tls-cert FILE --tls-key FILE")
+            if std::env::var_os("LEVEE_TLS_CERT").is_some() {
+                Some("if the node requires client certificates, add --tls-cert FILE --tls-key FILE (client commands read LEVEE_CLIENT_TLS_CERT and LEVEE_CLIENT_TLS_KEY, not LEVEE_TLS_CERT, which is `levee serve`'s former name for its own certificate)")
+            } else {
+                Some("if the node requires client certificates, add --tls-cert FILE --tls-key FILE")
+            }
         }
         _ => None,
     }

@@ -72,11 +72,13 @@ struct ServeArgs {
     aae_segments: Option<u32>,
     #[arg(long, env = "LEVEE_SHUTDOWN_TIMEOUT_SECS")]
     shutdown_timeout_secs: Option<u64>,
-    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. Overrides [tls] cert_file.
-    #[arg(long, env = "LEVEE_TLS_CERT")]
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. Overrides [tls]
+    /// cert_file. The former LEVEE_TLS_CERT is still read, with a warning.
+    #[arg(long, env = "LEVEE_SERVER_TLS_CERT")]
     tls_cert: Option<PathBuf>,
-    /// Private key (PEM) of --tls-cert. Overrides [tls] key_file.
-    #[arg(long, env = "LEVEE_TLS_KEY")]
+    /// Private key (PEM) of --tls-cert. Overrides [tls] key_file. The former LEVEE_TLS_KEY is
+    /// still read, with a warning.
+    #[arg(long, env = "LEVEE_SERVER_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// Require client certificates signed by this CA (PEM). Overrides [tls] ca_file.
     #[arg(long, env = "LEVEE_TLS_CLIENT_CA")]
@@ -115,7 +117,21 @@ fn main() {
     }
 }
 
-async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+/// `old`, the variable `serve` read before `new` replaced it, when `new` is not set: still
+/// honoured, with a warning. (Client commands never read it: it named their certificate too.)
+fn deprecated_env(old: &str, new: &str) -> Option<PathBuf> {
+    let v = std::env::var_os(old)?;
+    log::warn!("{old} is deprecated for `levee serve`: set {new} instead");
+    Some(PathBuf::from(v))
+}
+
+async fn serve(mut a: ServeArgs) -> anyhow::Result<()> {
+    if a.tls_cert.is_none() {
+        a.tls_cert = deprecated_env("LEVEE_TLS_CERT", "LEVEE_SERVER_TLS_CERT");
+    }
+    if a.tls_key.is_none() {
+        a.tls_key = deprecated_env("LEVEE_TLS_KEY", "LEVEE_SERVER_TLS_KEY");
+    }
     let mut cfg = config::NodeConfig::load(a.config.as_deref())?;
     if let Some(v) = a.data_dir {
         cfg.data_dir = v;

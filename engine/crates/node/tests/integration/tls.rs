@@ -400,20 +400,64 @@ async fn the_cli_speaks_tls_and_presents_client_certificates() {
     ]);
     assert!(ok, "{out}{err}");
     // Through the environment, as a CronJob would set it.
-    let out = Command::new(env!("CARGO_BIN_EXE_levee"))
-        .args(["admin", "stats"])
-        .env("LEVEE_ADDR", &mtls.addr)
-        .env("LEVEE_TLS_CA", &ca)
-        .env("LEVEE_TLS_CERT", &cc)
-        .env("LEVEE_TLS_KEY", &ck)
-        .output()
-        .unwrap();
+    let stats = |cert_var: &str, key_var: &str| {
+        Command::new(env!("CARGO_BIN_EXE_levee"))
+            .args(["admin", "stats", "--timeout", "5"])
+            .env("LEVEE_ADDR", &mtls.addr)
+            .env("LEVEE_TLS_CA", &ca)
+            .env(cert_var, &cc)
+            .env(key_var, &ck)
+            .output()
+            .unwrap()
+    };
+    let out = stats("LEVEE_CLIENT_TLS_CERT", "LEVEE_CLIENT_TLS_KEY");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("puts"));
+    // LEVEE_TLS_CERT named `serve`'s certificate as well; client commands no longer read it,
+    // and say which variables they do read.
+    let out = stats("LEVEE_TLS_CERT", "LEVEE_TLS_KEY");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("LEVEE_CLIENT_TLS_CERT"),
+        "{err}"
+    );
+}
+
+/// `serve` takes its certificate from LEVEE_SERVER_TLS_CERT / _KEY, and still from the former
+/// LEVEE_TLS_CERT / _KEY, with a deprecation warning in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_reads_its_certificate_from_the_server_variables() {
+    let pki = Pki::new();
+    let (cert, key) = (pki.s("node.crt"), pki.s("node.key"));
+    for (cert_var, key_var, deprecated) in [
+        ("LEVEE_SERVER_TLS_CERT", "LEVEE_SERVER_TLS_KEY", false),
+        ("LEVEE_TLS_CERT", "LEVEE_TLS_KEY", true),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let node = Node::start_with_env(
+            data.path(),
+            &[],
+            &[(cert_var, cert.as_str()), (key_var, key.as_str())],
+        );
+        let client = Client {
+            ca: Some(&pki.p("ca.crt")),
+            ..Default::default()
+        };
+        roundtrip(&node.addr, client)
+            .await
+            .unwrap_or_else(|e| panic!("TLS from {cert_var}: {e}"));
+        let log = std::fs::read_to_string(&node.stderr).unwrap();
+        assert_eq!(
+            log.contains("LEVEE_TLS_CERT is deprecated")
+                && log.contains("LEVEE_TLS_KEY is deprecated"),
+            deprecated,
+            "{log}"
+        );
+    }
 }
 
 #[test]

@@ -35,8 +35,14 @@ impl Node {
     /// Starts a node on port 0 (8 vnodes, 1024 AAE segments) with data in `dir` and waits for its
     /// startup line.
     pub fn start(dir: &Path, extra: &[&str]) -> Node {
+        Node::start_with_env(dir, extra, &[])
+    }
+
+    /// As `start`, with these environment variables set for the server.
+    pub fn start_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Node {
         let stderr = dir.with_extension(format!("stderr.{}", std::process::id()));
         let mut child = Command::new(env!("CARGO_BIN_EXE_levee"))
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "--listen",

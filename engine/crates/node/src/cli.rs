@@ -71,6 +71,7 @@ pub struct WriteFlags {
 /// Options of a read.
 #[derive(clap::Args)]
 pub struct ReadFlags {
+    /// Bucket type whose defaults apply (node config [bucket_types.<name>]).
     #[arg(long, default_value = "")]
     bucket_type: String,
     /// Replicas that must answer: a number, one, quorum or all (default: the bucket type's).
@@ -131,6 +132,74 @@ fn quorum_arg(v: &Option<String>, what: &str) -> Result<Option<pb::Quorum>> {
     Ok(Some(pb::Quorum { value: Some(value) }))
 }
 
+/// How output spells bytes (values, keys, index terms) that may not be text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Encoding {
+    /// As text; bytes that are not valid UTF-8 are an error, never replaced.
+    Utf8,
+    /// Standard base64 with padding (RFC 4648).
+    Base64,
+    /// Lower-case hexadecimal, two digits per byte.
+    Hex,
+}
+
+impl Encoding {
+    /// `bytes` spelled in this encoding; `what` and `flag` name them in the error a non-UTF-8
+    /// value gets under `utf8`.
+    fn spell(self, bytes: &[u8], what: &str, flag: &str) -> Result<String> {
+        use base64::Engine;
+        match self {
+            Encoding::Utf8 => String::from_utf8(bytes.to_vec()).map_err(|_| {
+                anyhow::anyhow!(
+                    "{what} is not UTF-8 text (hex {}); print it with {flag} base64 or hex",
+                    to_hex(&bytes[..bytes.len().min(32)])
+                )
+            }),
+            Encoding::Base64 => Ok(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            Encoding::Hex => Ok(to_hex(bytes)),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Encoding::Utf8 => "utf8",
+            Encoding::Base64 => "base64",
+            Encoding::Hex => "hex",
+        }
+    }
+}
+
+/// How keys and binary index terms are printed.
+#[derive(clap::Args)]
+pub struct KeyEncoding {
+    /// How keys and binary index terms are printed: utf8 (default; a key that is not UTF-8 is
+    /// an error instead of being mangled), base64 or hex.
+    #[arg(long, value_enum, default_value_t = Encoding::Utf8)]
+    key_encoding: Encoding,
+}
+
+impl KeyEncoding {
+    fn key(&self, key: &[u8]) -> Result<String> {
+        self.key_encoding.spell(key, "a key", "--key-encoding")
+    }
+
+    fn bucket(&self, bucket: &[u8]) -> Result<String> {
+        self.key_encoding
+            .spell(bucket, "a bucket", "--key-encoding")
+    }
+
+    fn term(&self, t: &Option<pb::Term>) -> Result<String> {
+        match t.as_ref().and_then(|t| t.kind.as_ref()) {
+            Some(pb::term::Kind::Int(i)) => Ok(i.to_string()),
+            Some(pb::term::Kind::Bin(b)) => {
+                self.key_encoding
+                    .spell(b, "an index term", "--key-encoding")
+            }
+            None => Ok(String::new()),
+        }
+    }
+}
+
 fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -152,14 +221,19 @@ pub enum ClientCmd {
     Put {
         #[command(flatten)]
         conn: Conn,
+        /// Bucket of the object.
         bucket: String,
+        /// Key of the object.
         key: String,
         /// The value (or use --value-file).
         value: Option<String>,
+        /// Read the value from this file (any bytes).
         #[arg(long)]
         value_file: Option<std::path::PathBuf>,
+        /// User metadata stored with the value (text); `get --json` prints it back.
         #[arg(long, default_value = "")]
         metadata: String,
+        /// An index entry to add: `field_int=42` or `field_bin=text` (repeatable).
         #[arg(long = "index")]
         index: Vec<String>,
         /// Index entries to remove, same syntax as --index.
@@ -172,24 +246,37 @@ pub enum ClientCmd {
     Get {
         #[command(flatten)]
         conn: Conn,
+        /// Bucket of the object.
         bucket: String,
+        /// Key of the object.
         key: String,
         #[command(flatten)]
         read: ReadFlags,
+        /// How values and metadata are printed: base64 (the default with --json), hex, or utf8
+        /// (a value that is not UTF-8 is an error). Without --json and without this option the
+        /// value's raw bytes go to stdout.
+        #[arg(long, value_enum)]
+        value_encoding: Option<Encoding>,
     },
     /// Print an object's size, hash and context without reading its value.
     Head {
         #[command(flatten)]
         conn: Conn,
+        /// Bucket of the object.
         bucket: String,
+        /// Key of the object.
         key: String,
         #[command(flatten)]
         read: ReadFlags,
     },
+    /// Delete an object (a tombstone; with --context it supersedes what that GET returned, and
+    /// its index entries go with it).
     Delete {
         #[command(flatten)]
         conn: Conn,
+        /// Bucket of the object.
         bucket: String,
+        /// Key of the object.
         key: String,
         #[command(flatten)]
         write: WriteFlags,
@@ -198,9 +285,13 @@ pub enum ClientCmd {
     Query {
         #[command(flatten)]
         conn: Conn,
+        /// The bucket queried.
         bucket: String,
+        /// Index field, e.g. age_int or city_bin.
         field: String,
+        /// First term of the range (inclusive).
         start: String,
+        /// Last term of the range (inclusive).
         end: String,
         /// Print each result's term next to its key.
         #[arg(long)]
@@ -215,16 +306,23 @@ pub enum ClientCmd {
         /// Resume a query from the token an earlier run of the same query printed.
         #[arg(long)]
         continuation: Option<String>,
+        /// Bucket type whose n_val the query covers (node config [bucket_types.<name>]).
         #[arg(long, default_value = "")]
         bucket_type: String,
+        #[command(flatten)]
+        keys: KeyEncoding,
     },
     /// Stream every key of a bucket (one per line, or a JSON array with --json).
     ListKeys {
         #[command(flatten)]
         conn: Conn,
+        /// The bucket whose keys are listed.
         bucket: String,
+        /// Bucket type whose n_val the listing covers (node config [bucket_types.<name>]).
         #[arg(long, default_value = "")]
         bucket_type: String,
+        #[command(flatten)]
+        keys: KeyEncoding,
     },
     /// Node administration.
     #[command(subcommand)]
@@ -233,10 +331,12 @@ pub enum ClientCmd {
 
 #[derive(Subcommand)]
 pub enum AdminCmd {
+    /// The node's name, version, ring size, vnodes, uptime, data directory and sync mode.
     Status {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Engine counters summed over every vnode (puts, gets, bytes, compactions, ...).
     Stats {
         #[command(flatten)]
         conn: Conn,
@@ -246,6 +346,7 @@ pub enum AdminCmd {
     CompactJournal {
         #[command(flatten)]
         conn: Conn,
+        /// A partition to compact (repeatable; none: every vnode).
         #[arg(long = "partition")]
         partitions: Vec<u32>,
     },
@@ -254,6 +355,7 @@ pub enum AdminCmd {
     AaeRebuild {
         #[command(flatten)]
         conn: Conn,
+        /// A partition whose tree is rebuilt (repeatable; none: every vnode).
         #[arg(long = "partition")]
         partitions: Vec<u32>,
         /// Also check each object's journal record exists.
@@ -291,6 +393,32 @@ pub enum AdminCmd {
     Ring {
         #[command(flatten)]
         conn: Conn,
+    },
+    /// One vnode's AAE tree: its root hash, segment count and the hash of each branch (text:
+    /// the branches that are not zero). Compare two replicas' trees to find differing branches,
+    /// then list their keys with aae-segment-keys --branch.
+    AaeTree {
+        #[command(flatten)]
+        conn: Conn,
+        /// The vnode (partition) whose tree is printed.
+        #[arg(long)]
+        partition: u32,
+    },
+    /// The keys of one vnode's AAE segments, with the hash each contributes to its leaf.
+    AaeSegmentKeys {
+        #[command(flatten)]
+        conn: Conn,
+        /// The vnode (partition) whose keys are listed.
+        #[arg(long)]
+        partition: u32,
+        /// A segment (repeatable).
+        #[arg(long = "segment")]
+        segments: Vec<u32>,
+        /// Every segment of this branch, as numbered by aae-tree (repeatable).
+        #[arg(long = "branch")]
+        branches: Vec<u32>,
+        #[command(flatten)]
+        keys: KeyEncoding,
     },
 }
 
@@ -393,14 +521,6 @@ fn index_changes(add: &[String], remove: &[String]) -> Result<Vec<pb::IndexChang
     Ok(out)
 }
 
-fn show_term(t: &Option<pb::Term>) -> String {
-    match t.as_ref().and_then(|t| t.kind.as_ref()) {
-        Some(pb::term::Kind::Int(i)) => i.to_string(),
-        Some(pb::term::Kind::Bin(b)) => String::from_utf8_lossy(b).into_owned(),
-        None => String::new(),
-    }
-}
-
 /// A request carrying the command's --timeout as its `grpc-timeout`, so the node knows it.
 fn with_deadline<T>(conn: &Conn, msg: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
@@ -476,7 +596,9 @@ impl ClientCmd {
                 | AdminCmd::AaeExchange { conn, .. }
                 | AdminCmd::Members { conn }
                 | AdminCmd::SetMembers { conn, .. }
-                | AdminCmd::Ring { conn },
+                | AdminCmd::Ring { conn }
+                | AdminCmd::AaeTree { conn, .. }
+                | AdminCmd::AaeSegmentKeys { conn, .. },
             ) => conn,
         }
     }
@@ -566,6 +688,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             bucket,
             key,
             read,
+            value_encoding,
         } => {
             let r = KvClient::new(channel(&conn).await?)
                 .get(pb::GetRequest {
@@ -580,19 +703,28 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                 .await?
                 .into_inner();
             if conn.json {
-                let siblings: Vec<_> = r
+                let enc = value_encoding.unwrap_or(Encoding::Base64);
+                let spell = |b: &[u8], what| enc.spell(b, what, "--value-encoding");
+                let siblings = r
                     .siblings
                     .iter()
-                    .map(|s| json!({"value": String::from_utf8_lossy(&s.value), "metadata": String::from_utf8_lossy(&s.metadata), "timestamp_us": s.timestamp_us}))
-                    .collect();
+                    .map(|s| {
+                        Ok(json!({"value": spell(&s.value, "a sibling's value")?, "metadata": spell(&s.metadata, "a sibling's metadata")?, "timestamp_us": s.timestamp_us}))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
                 print(
                     &conn,
-                    json!({"sqn": r.sqn, "value": String::from_utf8_lossy(&r.value), "metadata": String::from_utf8_lossy(&r.metadata), "context": to_hex(&r.context), "siblings": siblings}),
+                    json!({"sqn": r.sqn, "value_encoding": enc.name(), "value": spell(&r.value, "the value")?, "metadata": spell(&r.metadata, "the metadata")?, "context": to_hex(&r.context), "siblings": siblings}),
                     String::new(),
                 );
             } else {
                 use std::io::Write;
-                std::io::stdout().write_all(&r.value)?;
+                match value_encoding {
+                    Some(enc) => {
+                        print!("{}", enc.spell(&r.value, "the value", "--value-encoding")?)
+                    }
+                    None => std::io::stdout().write_all(&r.value)?,
+                }
                 println!();
                 if r.siblings.len() > 1 {
                     eprintln!(
@@ -662,6 +794,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             max_results,
             continuation,
             bucket_type,
+            keys,
         } => {
             let req = pb::IndexQueryRequest {
                 start: Some(term_for(&field, &start)?),
@@ -687,11 +820,11 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             while let Some(page) = stream.message().await? {
                 for r in page.results {
                     n += 1;
-                    let key = String::from_utf8_lossy(&r.key).into_owned();
+                    let key = keys.key(&r.key)?;
                     if conn.json {
-                        println!("{}", json!({"term": show_term(&r.term), "key": key}));
+                        println!("{}", json!({"term": keys.term(&r.term)?, "key": key}));
                     } else if return_terms {
-                        println!("{}\t{key}", show_term(&r.term));
+                        println!("{}\t{key}", keys.term(&r.term)?);
                     } else {
                         println!("{key}");
                     }
@@ -715,6 +848,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             conn,
             bucket,
             bucket_type,
+            keys,
         } => {
             let mut stream = KvClient::new(channel(&conn).await?)
                 .list_keys(pb::ListKeysRequest {
@@ -727,7 +861,7 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             let mut all = Vec::new();
             while let Some(page) = stream.message().await? {
                 for k in page.keys {
-                    let k = String::from_utf8_lossy(&k).into_owned();
+                    let k = keys.key(&k)?;
                     if conn.json {
                         all.push(k);
                     } else {
@@ -931,6 +1065,84 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
                     .into_inner();
                 print_members(&conn, &r);
             }
+            AdminCmd::AaeTree { conn, partition } => {
+                let t = AdminClient::new(channel(&conn).await?)
+                    .aae_tree(pb::AaeTreeRequest { partition })
+                    .await?
+                    .into_inner();
+                let nonzero: Vec<String> = t
+                    .branches
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| **h != 0)
+                    .map(|(b, h)| format!("{b:6} {h:08x}"))
+                    .collect();
+                print(
+                    &conn,
+                    json!({"partition": partition, "root": t.root, "segment_count": t.segment_count,
+                           "segments_per_branch": branch_width(&t), "branches": t.branches}),
+                    format!(
+                        "partition {partition}: root {:08x}, {} segments in {} branches of {}, {} branch(es) not zero\nbranch hash\n{}",
+                        t.root,
+                        t.segment_count,
+                        t.branches.len(),
+                        branch_width(&t),
+                        nonzero.len(),
+                        nonzero.join("\n")
+                    ),
+                );
+            }
+            AdminCmd::AaeSegmentKeys {
+                conn,
+                partition,
+                mut segments,
+                branches,
+                keys,
+            } => {
+                let mut admin = AdminClient::new(channel(&conn).await?);
+                if !branches.is_empty() {
+                    let t = admin
+                        .aae_tree(pb::AaeTreeRequest { partition })
+                        .await?
+                        .into_inner();
+                    let w = branch_width(&t);
+                    for b in branches {
+                        if b as usize >= t.branches.len() {
+                            bail!(
+                                "--branch {b}: partition {partition}'s tree has {} branches",
+                                t.branches.len()
+                            );
+                        }
+                        segments.extend(b * w..(b + 1) * w);
+                    }
+                }
+                if segments.is_empty() {
+                    bail!("name the segments with --segment N or --branch N");
+                }
+                let r = admin
+                    .aae_segment_keys(pb::AaeSegmentKeysRequest {
+                        partition,
+                        segments,
+                    })
+                    .await?
+                    .into_inner();
+                let rows = r
+                    .keys
+                    .iter()
+                    .map(|k| Ok((keys.bucket(&k.bucket)?, keys.key(&k.key)?, k.hash)))
+                    .collect::<Result<Vec<_>>>()?;
+                print(
+                    &conn,
+                    json!(rows
+                        .iter()
+                        .map(|(b, k, h)| json!({"bucket": b, "key": k, "hash": h}))
+                        .collect::<Vec<_>>()),
+                    rows.iter()
+                        .map(|(b, k, h)| format!("{h:08x} {b}\t{k}"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                );
+            }
             AdminCmd::Ring { conn } => {
                 let r = AdminClient::new(channel(&conn).await?)
                     .members(pb::MembersRequest {})
@@ -955,6 +1167,11 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
         },
     }
     Ok(())
+}
+
+/// Segments per branch of a tree (the segment count is a multiple of the branch width).
+fn branch_width(t: &pb::AaeTreeResponse) -> u32 {
+    t.segment_count / (t.branches.len() as u32).max(1)
 }
 
 fn print_members(conn: &Conn, r: &pb::MembersResponse) {

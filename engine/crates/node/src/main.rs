@@ -50,6 +50,7 @@ struct ServeArgs {
     /// TOML config file (see docs/node.md); every setting has a default.
     #[arg(long, env = "LEVEE_CONFIG")]
     config: Option<PathBuf>,
+    /// Directory holding one store per vnode (`p<partition>`) and the committed member list.
     #[arg(long, env = "LEVEE_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// gRPC listen address (port 0 picks a free port; the bound address is printed).
@@ -58,18 +59,22 @@ struct ServeArgs {
     /// Metrics and health HTTP listen address.
     #[arg(long, env = "LEVEE_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Partitions in the ring (a power of two; recorded at first start, fixed afterwards).
     #[arg(long, env = "LEVEE_RING_SIZE")]
     ring_size: Option<u32>,
     /// Replicas per key (default: 3 with a member list, 1 for a node alone).
     #[arg(long, env = "LEVEE_N_VAL")]
     n_val: Option<u32>,
-    /// none | sync
+    /// Write durability: none (the OS flushes) or sync (fsync before a write is acknowledged).
     #[arg(long, env = "LEVEE_SYNC_ON_WRITE")]
     sync_on_write: Option<String>,
+    /// This member's name in the member list (default: $POD_NAME, else $HOSTNAME).
     #[arg(long, env = "LEVEE_NODE_NAME")]
     node_name: Option<String>,
+    /// Leaves of each vnode's AAE tree.
     #[arg(long, env = "LEVEE_AAE_SEGMENTS")]
     aae_segments: Option<u32>,
+    /// Longest wait, on SIGTERM, for in-flight requests before the stores close.
     #[arg(long, env = "LEVEE_SHUTDOWN_TIMEOUT_SECS")]
     shutdown_timeout_secs: Option<u64>,
     /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. Overrides [tls]
@@ -177,4 +182,33 @@ async fn serve(mut a: ServeArgs) -> anyhow::Result<()> {
         }
     }
     server::run(cfg, server::termination()?).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every option or argument a user can give says what it is in --help.
+    #[test]
+    fn every_command_and_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                let p = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(p.clone());
+                }
+                walk(sub, &p, missing);
+            }
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() {
+                    missing.push(format!("{path} <{}>", arg.get_id()));
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Args::command(), "levee", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 }

@@ -673,13 +673,18 @@ fn sigterm_right_after_the_startup_line_drains_the_node() {
     }
 }
 
+/// Runs the `levee` CLI against `addr`.
+fn cli(addr: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_levee"))
+        .args(args)
+        .args(["--addr", addr])
+        .output()
+        .unwrap()
+}
+
 /// Runs the `levee` CLI against `addr` with `--json`; its stdout lines.
 fn cli_json(addr: &str, args: &[&str]) -> Vec<serde_json::Value> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_levee"))
-        .args(args)
-        .args(["--addr", addr, "--json"])
-        .output()
-        .unwrap();
+    let out = cli(addr, &[args, &["--json"]].concat());
     assert!(
         out.status.success(),
         "levee {args:?}: {}",
@@ -745,4 +750,147 @@ async fn the_cli_resumes_a_query_from_its_token_and_lists_keys_as_json() {
     let mut got: Vec<String> = serde_json::from_value(listed[0].clone()).unwrap();
     got.sort();
     assert_eq!(got, want);
+}
+
+/// `--json` never mangles bytes: values and metadata are base64 by default (hex or utf8 on
+/// request, and utf8 refuses what is not text), keys are utf8 unless `--key-encoding` says
+/// otherwise, and a key that is not text is an error naming the option instead of U+FFFD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_binary_values_and_keys_without_mangling_them() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let mut kv = node.kv().await;
+    let value: Vec<u8> = (0..=255u8).collect();
+    let metadata = vec![0xc3, 0x28, 0x00];
+    kv.put(pb::PutRequest {
+        metadata: metadata.clone(),
+        ..put("bin", "k", &value, vec![])
+    })
+    .await
+    .unwrap();
+    let binary_key = vec![b'k', 0xff, 0xfe];
+    kv.put(pb::PutRequest {
+        key: binary_key.clone(),
+        ..put("bin", "", b"v", vec![add_int("n_int", 7)])
+    })
+    .await
+    .unwrap();
+
+    let g = &cli_json(&node.addr, &["get", "bin", "k"])[0];
+    assert_eq!(g["value_encoding"], "base64");
+    assert_eq!(b64.decode(g["value"].as_str().unwrap()).unwrap(), value);
+    assert_eq!(
+        b64.decode(g["metadata"].as_str().unwrap()).unwrap(),
+        metadata
+    );
+    let s = &g["siblings"][0];
+    assert_eq!(b64.decode(s["value"].as_str().unwrap()).unwrap(), value);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let g = &cli_json(&node.addr, &["get", "bin", "k", "--value-encoding", "hex"])[0];
+    assert_eq!(g["value"].as_str().unwrap(), hex(&value));
+    assert_eq!(g["metadata"].as_str().unwrap(), hex(&metadata));
+    let out = cli(
+        &node.addr,
+        &["get", "bin", "k", "--json", "--value-encoding", "utf8"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not UTF-8") && err.contains("--value-encoding"),
+        "{err}"
+    );
+    // Text output: the raw bytes, or the encoding asked for.
+    assert_eq!(
+        cli(&node.addr, &["get", "bin", "k"]).stdout,
+        [&value[..], b"\n"].concat()
+    );
+    assert_eq!(
+        cli(&node.addr, &["get", "bin", "k", "--value-encoding", "hex"]).stdout,
+        format!("{}\n", hex(&value)).into_bytes()
+    );
+
+    // Keys.
+    let out = cli(&node.addr, &["list-keys", "bin", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--key-encoding"),
+        "{err}"
+    );
+    let listed = cli_json(
+        &node.addr,
+        &["list-keys", "bin", "--key-encoding", "base64"],
+    );
+    let mut keys: Vec<Vec<u8>> = listed[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| b64.decode(k.as_str().unwrap()).unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, vec![b"k".to_vec(), binary_key.clone()]);
+    let q = cli_json(
+        &node.addr,
+        &["query", "bin", "n_int", "0", "10", "--key-encoding", "hex"],
+    );
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(q[0]["key"].as_str().unwrap(), hex(&binary_key));
+}
+
+/// `levee admin aae-tree` and `aae-segment-keys --branch`: every key written is found under a
+/// branch that is not zero in its vnode's tree, and each key is listed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_walks_the_aae_trees_down_to_their_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let mut kv = node.kv().await;
+    let want: BTreeSet<String> = (0..20).map(|i| format!("key{i}")).collect();
+    for k in &want {
+        kv.put(put("aae", k, b"v", vec![])).await.unwrap();
+    }
+    let mut found = Vec::new();
+    for p in 0..8u32 {
+        let partition = p.to_string();
+        let t = &cli_json(
+            &node.addr,
+            &["admin", "aae-tree", "--partition", &partition],
+        )[0];
+        let branches = t["branches"].as_array().unwrap();
+        assert_eq!(
+            t["segments_per_branch"].as_u64().unwrap() * branches.len() as u64,
+            t["segment_count"].as_u64().unwrap()
+        );
+        let root = branches
+            .iter()
+            .fold(0, |a, b| a ^ b.as_u64().unwrap() as u32);
+        assert_eq!(root as u64, t["root"].as_u64().unwrap());
+        for (b, h) in branches.iter().enumerate() {
+            if h.as_u64() == Some(0) {
+                continue;
+            }
+            let branch = b.to_string();
+            let keys = &cli_json(
+                &node.addr,
+                &[
+                    "admin",
+                    "aae-segment-keys",
+                    "--partition",
+                    &partition,
+                    "--branch",
+                    &branch,
+                ],
+            )[0];
+            let keys = keys.as_array().unwrap();
+            assert!(
+                !keys.is_empty(),
+                "branch {b} of p{p} is {h} but has no keys"
+            );
+            for k in keys {
+                assert_eq!(k["bucket"], "aae");
+                found.push(k["key"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    found.sort();
+    assert_eq!(found, want.into_iter().collect::<Vec<_>>());
 }

@@ -46,7 +46,8 @@ impl KeyGen {
     /// The next key number; `None` when a sequential generator is exhausted.
     pub fn next_key(&mut self) -> Option<u64> {
         match self.spec {
-            KeyGenSpec::UniformInt { n } => Some(self.rng.gen_range(0..n.max(1))),
+            // basho_bench's `random:uniform(N)`: 1..=N, never 0.
+            KeyGenSpec::UniformInt { n } => Some(self.rng.gen_range(1..=n.max(1))),
             KeyGenSpec::SequentialInt { n } => {
                 let k = self.shared.fetch_add(1, Ordering::Relaxed);
                 (k < n).then_some(k)
@@ -131,6 +132,20 @@ mod tests {
             .count();
         let frac = low as f64 / draws as f64;
         assert!((0.77..0.83).contains(&frac), "{frac}");
+    }
+
+    #[test]
+    fn uniform_int_draws_1_to_n_as_basho_bench() {
+        let mut g = KeyGen::new(
+            &KeyGenSpec::UniformInt { n: 5 },
+            0,
+            1,
+            Arc::new(AtomicU64::new(0)),
+            3,
+        );
+        let drawn: std::collections::BTreeSet<u64> =
+            (0..1000).filter_map(|_| g.next_key()).collect();
+        assert_eq!(drawn, (1..=5).collect());
     }
 
     #[test]

@@ -23,10 +23,10 @@ enum Cmd {
     /// Run a scenario; writes summary.csv, <label>_latencies.csv (basho_bench's labels:
     /// `index_query` → index-query), errors.csv, resources.csv and summary.png.
     ///
-    /// Key generators differ from basho_bench in two ways: `uniform_int` draws 0..N-1 (basho_bench:
-    /// 1..N), and `sequential_int` is one sequence shared by all workers, so each key is written
-    /// once (basho_bench gives each worker its own, writing every key `concurrent` times); use
-    /// `partitioned_sequential_int` for one disjoint range per worker.
+    /// Key generators follow basho_bench (`uniform_int` draws 1..N) except one: `sequential_int`
+    /// is one sequence shared by all workers, starting after the preloaded keys, so each key is
+    /// written once (basho_bench gives each worker its own, writing every key `concurrent`
+    /// times); use `partitioned_sequential_int` for one disjoint range per worker.
     Run {
         scenario: PathBuf,
         /// Run directory (default out/<scenario>-<driver>). An earlier run's directory is

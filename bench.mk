@@ -42,7 +42,7 @@ bench: bench-build
 	@: > $(BENCH_OUT)/matrix.md
 	@for s in $(BENCH_SCENARIOS); do \
 	  for d in $(BENCH_DRIVERS); do \
-	    $(BENCH_BIN) run e2e/scenarios/$$s.toml --driver $$d --out $(BENCH_OUT)/$$s/$$d \
+	    $(BENCH_BIN) run e2e/scenarios/$$s.toml --driver $$d --out $(BENCH_OUT)/$$s/$$d --force \
 	      $(if $(BENCH_DURATION),--duration $(BENCH_DURATION)) || exit 1; \
 	  done; \
 	  runs=""; for d in $(BENCH_DRIVERS); do runs="$$runs $(BENCH_OUT)/$$s/$$d"; done; \

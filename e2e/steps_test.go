@@ -130,7 +130,7 @@ spec:
       - name: bench
         image: docker.io/library/levee-bench:e2e
         imagePullPolicy: Never
-        args: ["run", "/scenario/scenario.toml", "--out", "/out/bench", "--quiet"]
+        args: ["run", "/scenario/scenario.toml", "--out", "/out/bench", "--force", "--quiet"]
         securityContext: {runAsUser: 0}
         volumeMounts:
         - {name: scenario, mountPath: /scenario}

@@ -47,7 +47,7 @@ run_case() { # NAME NODES NVAL
   pids=$(awk '{print $4}' "$tmp/up")
   local before after
   before=$(cpu_ticks $pids)
-  "$bench" run "$scenario" --driver grpc --address "$addrs" --out "$out/$name" --quiet > "$tmp/run.txt"
+  "$bench" run "$scenario" --driver grpc --address "$addrs" --out "$out/$name" --force --quiet > "$tmp/run.txt"
   after=$(cpu_ticks $pids)
   LEVEE_BIN=$levee bash "$here/hack/local-cluster.sh" down "$tmp/c" >/dev/null
   rm -rf "$tmp/c"

@@ -1,4 +1,4 @@
-//! `levee-bench run <scenario.toml> [--out DIR] [--driver NAME] [--duration D] [--quiet]`
+//! `levee-bench run <scenario.toml> [--out DIR [--force]] [--driver NAME] [--duration D] [--quiet]`
 //! `levee-bench compare <run dir>... --out compare.png [--op get]`
 
 use std::path::PathBuf;
@@ -28,11 +28,16 @@ enum Cmd {
     /// written once (basho_bench gives each worker its own, writing every key `concurrent`
     /// times); use `partitioned_sequential_int` for one disjoint range per worker.
     Run {
+        /// The scenario file (TOML; docs/benchmarks.md).
         scenario: PathBuf,
-        /// Run directory (default out/<scenario>-<driver>). An earlier run's directory is
-        /// replaced; any other existing, non-empty directory is refused.
+        /// Run directory (default out/<scenario>-<driver>). It must not exist or be empty; an
+        /// earlier run's directory is replaced only with --force, and any other non-empty
+        /// directory is refused even then.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Replace the earlier run held by --out.
+        #[arg(long)]
+        force: bool,
         /// Override the scenario's driver: levee, rocksdb, rocksdb-blob, fjall, leveldb or grpc.
         #[arg(long)]
         driver: Option<String>,
@@ -51,9 +56,12 @@ enum Cmd {
     },
     /// Draw several runs side by side and print a markdown table of ratios to the first.
     Compare {
+        /// Run directories; every ratio is to the first.
         runs: Vec<PathBuf>,
+        /// The chart written.
         #[arg(long, default_value = "compare.png")]
         out: PathBuf,
+        /// The operation compared (get, update, put, ...).
         #[arg(long, default_value = "get")]
         op: String,
     },
@@ -62,8 +70,9 @@ enum Cmd {
 /// Written first into every run directory, so even a run stopped during preload is recognised.
 const RUN_MARKER: &str = ".levee-bench-run";
 
-/// Make way for a run in `out`: replace an earlier run's results, refuse anything else.
-fn clear_run_dir(out: &std::path::Path) -> Result<()> {
+/// Make way for a run in `out`: an empty or missing directory is used; an earlier run's results
+/// are replaced only when `force` says so; anything else is refused.
+fn clear_run_dir(out: &std::path::Path, force: bool) -> Result<()> {
     if !out.exists() {
         return Ok(());
     }
@@ -79,9 +88,16 @@ fn clear_run_dir(out: &std::path::Path) -> Result<()> {
             out.display()
         );
     }
-    if !empty {
-        eprintln!("replacing the earlier run in {}", out.display());
+    if empty {
+        return Ok(());
     }
+    if !force {
+        anyhow::bail!(
+            "{} holds an earlier levee-bench run; pass --force to replace it, or choose another --out",
+            out.display()
+        );
+    }
+    eprintln!("replacing the earlier run in {}", out.display());
     std::fs::remove_dir_all(out).with_context(|| format!("clearing {}", out.display()))
 }
 
@@ -90,6 +106,7 @@ fn main() -> Result<()> {
         Cmd::Run {
             scenario,
             out,
+            force,
             driver,
             duration,
             data_dir,
@@ -113,7 +130,7 @@ fn main() -> Result<()> {
                 .unwrap_or_default();
             let out =
                 out.unwrap_or_else(|| PathBuf::from("out").join(format!("{stem}-{}", s.driver)));
-            clear_run_dir(&out)?;
+            clear_run_dir(&out, force)?;
             std::fs::create_dir_all(&out)
                 .and_then(|_| std::fs::write(out.join(RUN_MARKER), ""))
                 .with_context(|| format!("creating {}", out.display()))?;

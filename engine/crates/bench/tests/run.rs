@@ -552,3 +552,60 @@ fn run_refuses_to_delete_a_directory_that_is_not_an_earlier_run() {
     assert!(stderr.contains("refusing to delete"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
 }
+
+/// An earlier run in `--out` is kept unless `--force` asks for it to be replaced.
+#[test]
+fn run_replaces_an_earlier_run_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("tiny.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+        driver = "levee"
+        concurrent = 1
+        duration = "300ms"
+        report_interval = "100ms"
+        operations = [["put", 1]]
+        [key_generator]
+        type = "uniform_int"
+        n = 100
+        [value_generator]
+        type = "fixed_bin"
+        size = 100
+        "#,
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let run = |force: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_levee-bench"));
+        c.arg("run")
+            .arg(&scenario)
+            .arg("--quiet")
+            .arg("--out")
+            .arg(&out);
+        if force {
+            c.arg("--force");
+        }
+        c.output().unwrap()
+    };
+    let first = run(false);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let note = out.join("note.txt");
+    std::fs::write(&note, "results worth keeping").unwrap();
+    let again = run(false);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "replaced without --force");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert!(note.is_file() && out.join("summary.csv").is_file());
+    let forced = run(true);
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert!(!note.exists() && out.join("summary.csv").is_file());
+}

@@ -38,6 +38,12 @@ func SetDefaults(c *KVCluster) {
 	if s.Engine.JournalSegmentBytes == 0 {
 		s.Engine.JournalSegmentBytes = DefaultJournalSegmentBytes
 	}
+	if s.Engine.Compression == "" {
+		s.Engine.Compression = "none"
+	}
+	if s.Engine.CompressionPoint == "" {
+		s.Engine.CompressionPoint = "onReceipt"
+	}
 	cp := &s.Compaction
 	setInt(&cp.WindowStartHour, DefaultWindowStartHour)
 	setInt(&cp.WindowEndHour, DefaultWindowEndHour)

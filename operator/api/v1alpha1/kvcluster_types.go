@@ -75,6 +75,18 @@ type EngineSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= 1048576 && self <= 4294967296",message="engine.journalSegmentBytes must be between 1 MiB (1048576) and 4 GiB (4294967296)"
 	// +optional
 	JournalSegmentBytes int64 `json:"journalSegmentBytes,omitempty"`
+	// Compression of values in the journal: none, lz4 or zstd (level 3). Records written under
+	// another setting stay readable, so it may be changed at any time (members restart).
+	// +kubebuilder:default=none
+	// +kubebuilder:validation:Enum=none;lz4;zstd
+	// +optional
+	Compression string `json:"compression,omitempty"`
+	// CompressionPoint is when values are compressed: onReceipt (as writes arrive) or onCompact
+	// (only when journal compaction rewrites them, keeping writes as cheap as without).
+	// +kubebuilder:default=onReceipt
+	// +kubebuilder:validation:Enum=onReceipt;onCompact
+	// +optional
+	CompressionPoint string `json:"compressionPoint,omitempty"`
 }
 
 // CompactionThresholds decide which journal runs are worth compacting (percent of live bytes).

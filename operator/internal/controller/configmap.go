@@ -26,7 +26,9 @@ func EngineTOML(c *kvv1.KVCluster) string {
 	fmt.Fprintf(&b, "members_file = %q\n\n", ConfigDir+"/"+MembersJSONFileName)
 	fmt.Fprintf(&b, "[engine]\n")
 	fmt.Fprintf(&b, "sync_on_write = %t\n", s.Engine.SyncOnWrite)
-	fmt.Fprintf(&b, "journal_segment_bytes = %d\n\n", s.Engine.JournalSegmentBytes)
+	fmt.Fprintf(&b, "journal_segment_bytes = %d\n", s.Engine.JournalSegmentBytes)
+	fmt.Fprintf(&b, "compression_method = %q\n", s.Engine.Compression)
+	fmt.Fprintf(&b, "compression_point = %q\n\n", compressionPoint(s.Engine.CompressionPoint))
 	// Only what the node itself applies. The window, runsPerDay and timeZone drive the
 	// operator's CronJobs, not the node ("external" scheduler): they stay out of this file,
 	// whose hash is on the pod template, so changing the schedule restarts no member.
@@ -42,6 +44,14 @@ func EngineTOML(c *kvv1.KVCluster) string {
 		fmt.Fprintf(&b, "ca_file = %q\n", TLSDir+"/ca.crt")
 	}
 	return b.String()
+}
+
+// compressionPoint spells the CRD's compressionPoint as levee.toml does.
+func compressionPoint(p string) string {
+	if p == "onCompact" {
+		return "on_compact"
+	}
+	return "on_receipt"
 }
 
 // NodeTOML is the complete levee.toml: engine settings plus the membership list.

@@ -17,6 +17,7 @@ func TestBuildConfigMap(t *testing.T) {
 	}{
 		{name: "defaults", nMembers: 3,
 			want: []string{"ring_size = 64\n", "n_val = 3\n", "sync_on_write = false\n", "journal_segment_bytes = 1073741824\n",
+				"compression_method = \"none\"\n", "compression_point = \"on_receipt\"\n",
 				"[compaction]\nscheduler = \"external\"\n", "single_file_percent = 25\n", "max_run_percent = 75\n", "max_run_length = 4\n",
 				`members_file = "/etc/levee/members.json"`, "[membership]\nmembers = [\n  \"kv-0.kv-headless.ns.svc:8087\",\n  \"kv-1.kv-headless.ns.svc:8087\",\n  \"kv-2.kv-headless.ns.svc:8087\",\n]\n"},
 			// The schedule belongs to the operator's CronJobs, not to the node's file.
@@ -27,10 +28,13 @@ func TestBuildConfigMap(t *testing.T) {
 			c.Spec.NVal = 5
 			c.Spec.Engine.SyncOnWrite = true
 			c.Spec.Engine.JournalSegmentBytes = 1 << 28
+			c.Spec.Engine.Compression = "zstd"
+			c.Spec.Engine.CompressionPoint = "onCompact"
 			c.Spec.Compaction.WindowStartHour = i32(22)
 			c.Spec.Compaction.WindowEndHour = i32(4)
 			c.Spec.Compaction.TimeZone = "America/New_York"
 		}, want: []string{"ring_size = 256\n", "n_val = 5\n", "sync_on_write = true\n", "journal_segment_bytes = 268435456\n",
+			"compression_method = \"zstd\"\n", "compression_point = \"on_compact\"\n",
 			`"kv-4.kv-headless.ns.svc:8087"`},
 			notWant: []string{"= 22", "America/New_York"}},
 		{name: "tls paths", nMembers: 3, mutate: func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true },
@@ -74,6 +78,7 @@ func TestConfigHash(t *testing.T) {
 		{"image", func(c *kvv1.KVCluster) { c.Spec.Image = "levee:2" }, false},
 		{"syncOnWrite", func(c *kvv1.KVCluster) { c.Spec.Engine.SyncOnWrite = true }, true},
 		{"segment size", func(c *kvv1.KVCluster) { c.Spec.Engine.JournalSegmentBytes = 1 << 20 }, true},
+		{"compression", func(c *kvv1.KVCluster) { c.Spec.Engine.Compression = "lz4" }, true},
 		{"compaction window", func(c *kvv1.KVCluster) {
 			c.Spec.Compaction.WindowStartHour, c.Spec.Compaction.WindowEndHour = i32(22), i32(4)
 		}, false},

@@ -53,6 +53,10 @@ func TestInvalidSpecsRejected(t *testing.T) {
 			[]string{`spec.storage.profile: Unsupported value: "ssd"`, `"nvme"`, `"hdd"`}},
 		{"journal segment too small", func(c *kvv1.KVCluster) { c.Spec.Engine.JournalSegmentBytes = 1000 },
 			[]string{"engine.journalSegmentBytes must be between 1 MiB"}},
+		{"unknown compression", func(c *kvv1.KVCluster) { c.Spec.Engine.Compression = "gzip" },
+			[]string{`spec.engine.compression: Unsupported value: "gzip"`, `"lz4"`, `"zstd"`}},
+		{"unknown compression point", func(c *kvv1.KVCluster) { c.Spec.Engine.CompressionPoint = "later" },
+			[]string{`spec.engine.compressionPoint: Unsupported value: "later"`, `"onCompact"`}},
 		{"zero replicas", func(c *kvv1.KVCluster) { c.Spec.Replicas = -1 },
 			[]string{"spec.replicas"}},
 	}

@@ -91,20 +91,25 @@ pub const NAMES: &[&str] = &[
     "grpc",
 ];
 
-pub fn open(
-    driver: &str,
-    dir: &Path,
-    sync: bool,
-    address: Option<&str>,
-) -> Result<Arc<dyn Driver>> {
-    Ok(match driver {
-        "levee" => Arc::new(Levee::open(dir, sync)?),
-        "rocksdb" => Arc::new(Rocks::open(dir, sync, false)?),
-        "rocksdb-blob" => Arc::new(Rocks::open(dir, sync, true)?),
+/// Open the scenario's driver on `dir` with its durability and compression settings (a checked
+/// scenario: `Scenario::validate`).
+pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>> {
+    let (sync, compression) = (s.sync, s.compression.as_deref().unwrap_or("none"));
+    Ok(match s.driver.as_str() {
+        "levee" => Arc::new(Levee::open(
+            dir,
+            sync,
+            compression,
+            s.compression_point.as_deref().unwrap_or("on_receipt"),
+        )?),
+        "rocksdb" => Arc::new(Rocks::open(dir, sync, false, compression)?),
+        "rocksdb-blob" => Arc::new(Rocks::open(dir, sync, true, compression)?),
         "fjall" => Arc::new(Fjall::open(dir, sync)?),
         "leveldb" => Arc::new(crate::leveldb::LevelDb::open(dir, sync)?),
         "grpc" => Arc::new(Grpc::connect(
-            address.context("grpc driver needs an address")?,
+            s.address
+                .as_deref()
+                .context("grpc driver needs an address")?,
         )?),
         other => bail!("unknown driver {other}"),
     })
@@ -116,13 +121,15 @@ pub struct Levee {
 }
 
 impl Levee {
-    fn open(dir: &Path, sync: bool) -> Result<Levee> {
+    fn open(dir: &Path, sync: bool, compression: &str, point: &str) -> Result<Levee> {
         let cfg = levee_store::Config {
             sync_on_write: if sync {
                 levee_store::SyncMode::Sync
             } else {
                 levee_store::SyncMode::None
             },
+            compression_method: compression.parse()?,
+            compression_point: point.parse()?,
             ..levee_store::Config::default()
         };
         Ok(Levee {
@@ -202,11 +209,16 @@ pub struct Rocks {
 }
 
 impl Rocks {
-    fn open(dir: &Path, sync: bool, blob: bool) -> Result<Rocks> {
+    fn open(dir: &Path, sync: bool, blob: bool, compression: &str) -> Result<Rocks> {
+        let kind = match compression {
+            "lz4" => rocksdb::DBCompressionType::Lz4,
+            "zstd" => rocksdb::DBCompressionType::Zstd,
+            _ => rocksdb::DBCompressionType::None,
+        };
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(true);
-        opts.set_compression_type(rocksdb::DBCompressionType::None);
-        opts.set_bottommost_compression_type(rocksdb::DBCompressionType::None);
+        opts.set_compression_type(kind);
+        opts.set_bottommost_compression_type(kind);
         opts.increase_parallelism(2);
         // levee has no block cache and relies on the page cache; give RocksDB a small one.
         let mut table = rocksdb::BlockBasedOptions::default();
@@ -216,7 +228,7 @@ impl Rocks {
         if blob {
             opts.set_enable_blob_files(true);
             opts.set_min_blob_size(256);
-            opts.set_blob_compression_type(rocksdb::DBCompressionType::None);
+            opts.set_blob_compression_type(kind);
             opts.set_enable_blob_gc(true);
         }
         let db = rocksdb::DB::open(&opts, dir)

@@ -85,8 +85,50 @@ pub struct ValueGen {
 pub const VALUE_BUFFER_BYTES: usize = 96 << 20;
 
 pub fn random_buffer(bytes: usize, seed: u64) -> Arc<Vec<u8>> {
+    value_buffer(bytes, seed, 0.0)
+}
+
+/// Bytes per chunk of [`value_buffer`]: every value of a few hundred bytes or more holds about the
+/// same share of text.
+const CHUNK: usize = 256;
+
+/// The value buffer: random bytes where, with `compressible` > 0, the first `compressible` share
+/// of every 256-byte chunk is text — words drawn at random from a small vocabulary, so a
+/// compressor finds repeats within a value as it would in documents, not across the buffer.
+pub fn value_buffer(bytes: usize, seed: u64, compressible: f64) -> Arc<Vec<u8>> {
+    const WORDS: [&str; 16] = [
+        "patient ",
+        "record ",
+        "the ",
+        "of ",
+        "and ",
+        "ward ",
+        "admitted ",
+        "discharged ",
+        "clinic ",
+        "referral ",
+        "2024-03-01 ",
+        "status=",
+        "normal ",
+        "follow-up ",
+        "nhs ",
+        "id ",
+    ];
+    let mut rng = SmallRng::seed_from_u64(seed);
     let mut buf = vec![0u8; bytes];
-    SmallRng::seed_from_u64(seed).fill(&mut buf[..]);
+    rng.fill(&mut buf[..]);
+    let text = ((CHUNK as f64) * compressible.clamp(0.0, 1.0)).round() as usize;
+    if text > 0 {
+        for chunk in buf.chunks_mut(CHUNK) {
+            let mut at = 0;
+            while at < text.min(chunk.len()) {
+                let w = WORDS[rng.gen_range(0..WORDS.len())].as_bytes();
+                let n = w.len().min(text.min(chunk.len()) - at);
+                chunk[at..at + n].copy_from_slice(&w[..n]);
+                at += n;
+            }
+        }
+    }
     Arc::new(buf)
 }
 

@@ -50,6 +50,9 @@ enum Cmd {
         /// gRPC driver address.
         #[arg(long)]
         address: Option<String>,
+        /// Override the scenario's compression: none, lz4 or zstd (levee, rocksdb, rocksdb-blob).
+        #[arg(long)]
+        compression: Option<String>,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -111,9 +114,13 @@ fn main() -> Result<()> {
             duration,
             data_dir,
             address,
+            compression,
             quiet,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
+            if compression.is_some() {
+                s.compression = compression;
+            }
             if let Some(d) = driver {
                 s.driver = d;
             }
@@ -139,7 +146,7 @@ fn main() -> Result<()> {
                 None => (out.join("data"), true),
             };
             std::fs::create_dir_all(&data)?;
-            let driver = drivers::open(&s.driver, &data, s.sync, s.address.as_deref())?;
+            let driver = drivers::open(&s, &data)?;
             let r = runner::run(&s, driver, &out, quiet)?;
             let png = charts::summary_png(&out)?;
             if temporary {

@@ -18,7 +18,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::drivers::Driver;
-use crate::generators::{key_bytes, random_buffer, KeyGen, ValueGen, VALUE_BUFFER_BYTES};
+use crate::generators::{key_bytes, value_buffer, KeyGen, ValueGen, VALUE_BUFFER_BYTES};
 use crate::scenario::Scenario;
 
 pub const SUMMARY_HEADER: &str = "elapsed, window, total, successful, failed";
@@ -113,7 +113,7 @@ fn pick_op(ops: &[(String, u32)], total: u32, rng: &mut SmallRng) -> usize {
 /// Run the scenario against `driver`, writing the CSVs into `out`.
 pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Result<RunResult> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let buf = random_buffer(VALUE_BUFFER_BYTES, 0x5EED);
+    let buf = value_buffer(VALUE_BUFFER_BYTES, 0x5EED, s.compressible);
     let user_bytes = Arc::new(AtomicU64::new(0));
     let io_start = proc_io_write_bytes();
 

@@ -15,6 +15,9 @@
 //! type = "fixed_bin"            # fixed_bin (size) | exponential_bin (min, mean) | uniform_bin (min, max)
 //! size = 8192
 //! compact_journal_every = "10s"  # optional: explicit maintenance (levee journal compaction)
+//! compressible = 0.75            # optional: share of each value that is text (default 0: random)
+//! compression = "lz4"            # optional: levee's compression_method, RocksDB's compression
+//! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
 //! [preload]
 //! keys = 10000                  # sequential puts of keys 0..keys before the timed run
 //! ```
@@ -56,6 +59,17 @@ pub struct Scenario {
     /// gRPC driver: node address.
     #[serde(default)]
     pub address: Option<String>,
+    /// Share (0..=1) of each value that is English-like text rather than random bytes: 0 (the
+    /// default) is incompressible; 0.75 compresses about 2.5× with lz4.
+    #[serde(default)]
+    pub compressible: f64,
+    /// Value compression: "none" (default), "lz4" or "zstd" — levee's `compression_method`,
+    /// RocksDB's compression type (blob compression too for rocksdb-blob). Other drivers refuse it.
+    #[serde(default)]
+    pub compression: Option<String>,
+    /// levee only: "on_receipt" (default) or "on_compact".
+    #[serde(default)]
+    pub compression_point: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -222,6 +236,29 @@ impl Scenario {
         if self.driver == "grpc" && self.address.is_none() {
             bail!("driver = \"grpc\" needs address = \"host:port\"");
         }
+        if !(0.0..=1.0).contains(&self.compressible) {
+            bail!(
+                "compressible must be between 0 and 1, not {}",
+                self.compressible
+            );
+        }
+        let method = self.compression.as_deref().unwrap_or("none");
+        if !["none", "lz4", "zstd"].contains(&method) {
+            bail!("compression must be \"none\", \"lz4\" or \"zstd\", not `{method}`");
+        }
+        let compressing_drivers = ["levee", "rocksdb", "rocksdb-blob"];
+        if method != "none" && !compressing_drivers.contains(&self.driver.as_str()) {
+            bail!(
+                "compression is set but driver {} does not take it (only {})",
+                self.driver,
+                compressing_drivers.join(", ")
+            );
+        }
+        if let Some(point) = &self.compression_point {
+            if self.driver != "levee" || !["on_receipt", "on_compact"].contains(&point.as_str()) {
+                bail!("compression_point is levee's: \"on_receipt\" or \"on_compact\", not `{point}` with driver {}", self.driver);
+            }
+        }
         Ok(())
     }
 }
@@ -258,6 +295,13 @@ mod tests {
         };
         assert!(format!("{:#}", anyhow::anyhow!(bad("mode = \"rate\""))).contains("rate"));
         assert!(bad("driver = \"mongo\"").contains("driver"));
+        assert!(bad("compressible = 1.5").contains("between 0 and 1"));
+        assert!(bad("compression = \"gzip\"").contains("\"lz4\" or \"zstd\""));
+        assert!(bad("driver = \"fjall\"\ncompression = \"lz4\"").contains("does not take it"));
+        assert!(
+            bad("driver = \"rocksdb\"\ncompression_point = \"on_compact\"").contains("levee's")
+        );
+        assert!(bad("compression_point = \"later\"").contains("on_compact"));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
         assert!(parse_duration("5 parsecs").is_err());

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use levee_bench::generators::{random_buffer, ValueGen, VALUE_BUFFER_BYTES};
+use levee_bench::generators::{random_buffer, value_buffer, ValueGen, VALUE_BUFFER_BYTES};
 use levee_bench::scenario::{Scenario, ValueGenSpec};
 use levee_bench::{charts, drivers, runner};
 
@@ -101,7 +101,7 @@ fn png_size(path: &Path) -> (u32, u32) {
 /// must exist.
 fn run_and_check(s: &Scenario, out: &Path, files: &[&str]) -> runner::RunResult {
     let data = tempfile::tempdir().unwrap();
-    let driver = drivers::open(&s.driver, data.path(), s.sync, s.address.as_deref()).unwrap();
+    let driver = drivers::open(s, data.path()).unwrap();
     let r = runner::run(s, driver, out, true).unwrap();
     assert_eq!(
         latency_files(out),
@@ -261,7 +261,7 @@ fn two_i_mix_runs_on_every_embedded_driver() {
 fn index_entries_written_by_puts_are_found_by_index_query() {
     for driver in ["levee", "rocksdb", "rocksdb-blob", "fjall", "leveldb"] {
         let data = tempfile::tempdir().unwrap();
-        let d = drivers::open(driver, data.path(), false, None).unwrap();
+        let d = drivers::open(&scenario(driver, "[[\"put\", 1]]"), data.path()).unwrap();
         d.put(b"k1", b"v", &[("f0_int".into(), 5), ("f1_int".into(), 6)])
             .unwrap();
         d.put(b"k2", b"v", &[("f0_int".into(), 7)]).unwrap();
@@ -346,6 +346,28 @@ fn fixed_bin_values_are_incompressible() {
     // The check can fail: repeated values compress.
     let repeated: Vec<u8> = one.iter().cycle().take(block.len()).copied().collect();
     assert!(ratio(&repeated) > 20.0);
+}
+
+#[test]
+fn compressible_values_hold_their_share_of_text() {
+    let ratio = |data: &[u8]| data.len() as f64 / zstd::encode_all(data, 3).unwrap().len() as f64;
+    // (compressible, lowest and highest zstd ratio of an 8 KB value)
+    for (share, lo, hi) in [
+        (0.0, 0.0, 1.01),
+        (0.5, 1.5, 2.2),
+        (0.75, 2.2, 4.5),
+        (1.0, 4.0, 40.0),
+    ] {
+        let buf = value_buffer(16 << 20, 3, share);
+        let mut g = ValueGen::new(&ValueGenSpec::FixedBin { size: 8192 }, buf, 5);
+        for _ in 0..20 {
+            let r = ratio(g.next_value());
+            assert!(
+                (lo..hi).contains(&r),
+                "compressible {share}: zstd ratio {r}"
+            );
+        }
+    }
 }
 
 #[test]

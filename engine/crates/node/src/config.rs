@@ -501,6 +501,8 @@ members_file = "/etc/levee/members.json"
 [engine]
 sync_on_write = true
 journal_segment_bytes = 1073741824
+compression_method = "lz4"
+compression_point = "on_compact"
 
 [compaction]
 window_start_hour = 22
@@ -525,6 +527,11 @@ members = [
         assert_eq!(c.cluster.ring_size, 64);
         let e = c.store_config().unwrap();
         assert_eq!(e.sync_on_write, levee_store::SyncMode::Sync);
+        assert_eq!(e.compression_method, levee_store::Compression::Lz4);
+        assert_eq!(
+            e.compression_point,
+            levee_store::CompressionPoint::OnCompact
+        );
         assert_eq!(e.compaction.single_file, 25.0);
         assert_eq!(e.compaction.max_run, 4);
         assert_eq!(

@@ -35,9 +35,14 @@ pub trait Driver: Send + Sync {
 
 const BUCKET: &[u8] = b"bench";
 
-/// Block/blob cache given to peers that have one. levee has no block cache and relies on the
-/// page cache, as the peers also do for everything beyond this budget.
-pub const CACHE_BYTES: usize = 8 << 20;
+/// Block/blob cache given to peers that have one: levee's memory budget for the ledger, its
+/// memtable and the frozen ones waiting to be flushed (3 × 16 MiB). levee has no block cache and
+/// relies on the page cache, as the peers also do for everything beyond this budget.
+pub const CACHE_BYTES: usize = 48 << 20;
+
+/// Background writeback sync given to RocksDB (`bytes_per_sync`, `wal_bytes_per_sync`): levee's
+/// `journal_bytes_per_sync`, so neither engine leaves more dirty pages to the OS than the other.
+pub const BYTES_PER_SYNC: u64 = 8 << 20;
 
 /// Prefix of emulated index keys (primary keys are decimal digits, so they never collide).
 const INDEX_PREFIX: &[u8] = b"\xff2i/";
@@ -219,6 +224,8 @@ impl Rocks {
         opts.create_if_missing(true);
         opts.set_compression_type(kind);
         opts.set_bottommost_compression_type(kind);
+        opts.set_bytes_per_sync(BYTES_PER_SYNC);
+        opts.set_wal_bytes_per_sync(BYTES_PER_SYNC);
         opts.increase_parallelism(2);
         // levee has no block cache and relies on the page cache; give RocksDB a small one.
         let mut table = rocksdb::BlockBasedOptions::default();

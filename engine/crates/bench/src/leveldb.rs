@@ -90,7 +90,7 @@ fn check(err: *mut c_char, what: &str) -> Result<()> {
     bail!("leveldb {what}: {msg}")
 }
 
-/// LevelDB with compression off, an 8 MiB block cache and a 10-bit bloom filter.
+/// LevelDB with compression off, a block cache of `CACHE_BYTES` and a 10-bit bloom filter.
 pub struct LevelDb {
     db: *mut Opaque,
     options: *mut Opaque,

@@ -348,6 +348,21 @@ fn fixed_bin_values_are_incompressible() {
     assert!(ratio(&repeated) > 20.0);
 }
 
+/// The peers' cache and writeback settings follow levee's defaults (docs/benchmarks.md, "Drivers
+/// and fair settings"): a change to either side shows here.
+#[test]
+fn peers_get_levee_s_memory_budget_and_background_sync() {
+    let c = levee_store::Config::default();
+    assert_eq!(
+        levee_bench::drivers::CACHE_BYTES,
+        c.memtable_bytes * (1 + c.max_immutable_memtables)
+    );
+    assert_eq!(
+        levee_bench::drivers::BYTES_PER_SYNC,
+        c.journal_bytes_per_sync
+    );
+}
+
 #[test]
 fn compressible_values_hold_their_share_of_text() {
     let ratio = |data: &[u8]| data.len() as f64 / zstd::encode_all(data, 3).unwrap().len() as f64;

@@ -73,6 +73,15 @@ fn client_tls(paths: &[PathBuf]) -> anyhow::Result<ClientTlsConfig> {
 }
 
 /// Why a peer could not be reached (its call never got an answer from its node).
+/// Whether a primary that answered a write with `s` did not take it and would get it back only
+/// through read repair or AAE: its node could not be reached, or its vnode was too busy to queue
+/// the write (`UNAVAILABLE` with a retry hint). The coordinator keeps a hint for it elsewhere,
+/// which hinted handoff brings back once the primary takes writes again.
+pub fn needs_hint(s: &Status) -> bool {
+    is_unreachable(s)
+        || (s.code() == Code::Unavailable && s.metadata().get("retry-after-ms").is_some())
+}
+
 pub fn is_unreachable(s: &Status) -> bool {
     match s.code() {
         // An overloaded vnode answers UNAVAILABLE with a retry hint: the node is up.
@@ -258,5 +267,36 @@ impl Peers {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_primary_that_did_not_take_a_write_gets_a_hint() {
+        let busy = || {
+            let mut s = Status::unavailable("vnode p3 is overloaded");
+            s.metadata_mut()
+                .insert("retry-after-ms", "40".parse().unwrap());
+            s
+        };
+        // (status, hint kept)
+        let cases = [
+            (Status::unavailable("connection refused"), true),
+            (busy(), true),
+            (Status::deadline_exceeded("timed out"), true),
+            (Status::cancelled("cancelled"), true),
+            (Status::unknown("transport error"), true),
+            (Status::invalid_argument("bad key"), false),
+            (Status::failed_precondition("p3 is rebuilding"), false),
+            (Status::internal("bug"), false),
+        ];
+        for (s, want) in cases {
+            assert_eq!(needs_hint(&s), want, "{s:?}");
+        }
+        // Only the unreachable ones mark the node down.
+        assert!(!is_unreachable(&busy()));
     }
 }

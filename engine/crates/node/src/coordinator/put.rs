@@ -134,8 +134,9 @@ impl Coordinator {
         }
         let mut coordinated: Option<(usize, Stored)> = None;
         let mut refused = Vec::new();
-        // Primaries whose node could not be reached: they get a hint (below).
-        let mut unreachable = Vec::new();
+        // Primaries whose node could not be reached or whose vnode was too busy: they get a hint
+        // (below).
+        let mut to_hint = Vec::new();
         for &i in &order {
             let t = &targets[i];
             let res = if self.is_local(t) {
@@ -175,8 +176,8 @@ impl Coordinator {
                         t.partition
                     );
                     refused.push(i);
-                    if crate::peers::is_unreachable(&s) && targets[i].role == Role::Primary {
-                        unreachable.push(i);
+                    if crate::peers::needs_hint(&s) && targets[i].role == Role::Primary {
+                        to_hint.push(i);
                     }
                     overload.note(&s);
                     if let Ok(PutDecision::Failed(e)) =
@@ -204,7 +205,7 @@ impl Coordinator {
             policy,
         };
         let mut missed = plan.targets.uncovered.clone();
-        missed.extend(unreachable.iter().map(|&i| Replica {
+        missed.extend(to_hint.iter().map(|&i| Replica {
             partition: targets[i].partition,
             node: targets[i].node.clone(),
         }));
@@ -235,8 +236,9 @@ impl Coordinator {
                                 t.node,
                                 t.partition
                             );
-                            // Its node could not be reached: keep a hint of the write elsewhere.
-                            if crate::peers::is_unreachable(&s) && t.role == Role::Primary {
+                            // Its node could not be reached or its vnode was too busy: keep a
+                            // hint of the write elsewhere.
+                            if crate::peers::needs_hint(&s) && t.role == Role::Primary {
                                 let missed = vec![Replica {
                                     partition: t.partition,
                                     node: t.node.clone(),

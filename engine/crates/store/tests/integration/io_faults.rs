@@ -103,3 +103,73 @@ fn acknowledged_writes_survive_io_faults_and_a_restart() {
 fn acknowledged_sync_writes_survive_io_faults_and_a_power_cut() {
     run_many(SyncMode::Sync, true, 0xFA17_0003);
 }
+
+/// Group append under faults: writers on several threads, each write a new key, while appends
+/// fail now and then (journal and SST files alike). A failed journal append fails every write of
+/// its group and leaves none of them in the journal, so after a restart every acknowledged write
+/// reads its value and no refused one is there (a record the leader appended for a writer it
+/// then told "failed", or the reverse, shows here).
+#[test]
+fn concurrent_writers_under_append_faults_keep_exactly_the_acknowledged_writes() {
+    const THREADS: usize = 4;
+    const WRITES: usize = 150;
+    let cases = (sim::cases("LEVEE_FAULT_CASES", 2000) / 100).max(4);
+    let (mut refused, mut acked) = (0usize, 0usize);
+    for case in 0..cases {
+        let cfg = config(SyncMode::None);
+        let disk = SimDisk::new();
+        let store = open(&disk, &cfg).unwrap();
+        disk.set_plan(FaultPlan {
+            random_one_in: 40,
+            seed: 0x6A0F ^ case,
+            only: vec![levee_store::storage::SimOp::Append],
+            ..FaultPlan::default()
+        });
+        // Per thread: (key, value, acknowledged) of each write.
+        type Written = Vec<(Vec<u8>, Vec<u8>, bool)>;
+        let results: Vec<Written> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let store = &store;
+                    s.spawn(move || {
+                        (0..WRITES)
+                            .map(|i| {
+                                let k = format!("t{t}-{i:04}").into_bytes();
+                                let v = format!("value {t} {i} {case}")
+                                    .repeat(1 + i % 7)
+                                    .into_bytes();
+                                let ok = store.put(b"b", &k, &v, b"", &[]).is_ok();
+                                (k, v, ok)
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let _ = store.close();
+        disk.set_plan(FaultPlan::default());
+        let store = open(&disk, &cfg).unwrap();
+        for (k, v, ok) in results.into_iter().flatten() {
+            let got = store.get(b"b", &k).unwrap().map(|o| o.value);
+            let name = String::from_utf8_lossy(&k).into_owned();
+            if ok {
+                acked += 1;
+                assert_eq!(
+                    got.as_ref(),
+                    Some(&v),
+                    "case {case}: acknowledged {name} lost"
+                );
+            } else {
+                refused += 1;
+                assert!(got.is_none(), "case {case}: refused {name} is stored");
+            }
+        }
+        store.close().unwrap();
+    }
+    eprintln!("{cases} cases: {acked} writes acknowledged, {refused} refused");
+    assert!(
+        refused > 0 && acked > 0,
+        "{acked} acknowledged, {refused} refused"
+    );
+}

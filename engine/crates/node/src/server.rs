@@ -53,9 +53,10 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         Arc::new(tokio::task::spawn_blocking(move || Vnodes::open(&cfg, grpc_addr)).await??)
     };
     log::info!(
-        "opened {} vnodes in {:.2} s",
+        "opened {} vnodes in {:.2} s on {} threads",
         vnodes.stores.len(),
-        opened.elapsed().as_secs_f64()
+        opened.elapsed().as_secs_f64(),
+        vnodes.open_threads
     );
     vnodes.membership.clone().watch(Duration::from_secs(1));
 

@@ -16,6 +16,23 @@ pub struct Vnodes {
     pub data_dir: PathBuf,
     /// The member list and claim this node runs with.
     pub membership: Arc<Membership>,
+    /// How many threads opened the stores (`open_threads`), logged at startup.
+    pub open_threads: usize,
+}
+
+/// At most this many threads open vnodes, however many cores the machine has.
+const MAX_OPEN_THREADS: usize = 8;
+
+/// How many threads open a ring of `ring_size` vnodes on a machine with `cores` available (`None`
+/// when unknown, taken as 2): one per core, at most `MAX_OPEN_THREADS`, never more than there are
+/// partitions, at least one. Each thread takes the next partition until none is left, so this is
+/// also the most stores opened at once, whatever the ring size.
+fn open_threads(ring_size: u32, cores: Option<usize>) -> usize {
+    cores
+        .unwrap_or(2)
+        .min(MAX_OPEN_THREADS)
+        .min(ring_size as usize)
+        .max(1)
 }
 
 /// Record the ring size at first start, refuse a different one later (levee_cluster::ring::ring_file).
@@ -99,17 +116,15 @@ impl Vnodes {
             .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
         check_ring_size(&cfg.data_dir, cfg.cluster.ring_size)?;
         let membership = Arc::new(Membership::load(cfg, listening)?);
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .min(8);
-        // `threads` workers take the next partition until none is left: at most `threads` stores
-        // open at once, whatever the ring size.
-        let next = std::sync::atomic::AtomicU32::new(0);
         let ring_size = cfg.cluster.ring_size;
+        let threads = open_threads(
+            ring_size,
+            std::thread::available_parallelism().ok().map(|n| n.get()),
+        );
+        let next = std::sync::atomic::AtomicU32::new(0);
         type Opened = Result<(u32, Arc<Store>)>;
         let results: Vec<Vec<Opened>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads.min(ring_size as usize))
+            let workers: Vec<_> = (0..threads)
                 .map(|_| {
                     s.spawn(|| {
                         let mut out = Vec::new();
@@ -135,6 +150,8 @@ impl Vnodes {
                 .map(|h| h.join().expect("vnode open panicked"))
                 .collect()
         });
+        // The threads that actually ran, for the startup log (a node test holds it to the plan).
+        let spawned = results.len();
         let mut opened: Vec<(u32, Arc<Store>)> = Vec::new();
         for r in results.into_iter().flatten() {
             opened.push(r?);
@@ -146,6 +163,7 @@ impl Vnodes {
             stores: opened.into_iter().map(|(_, s)| s).collect(),
             data_dir: cfg.data_dir.clone(),
             membership,
+            open_threads: spawned,
         })
     }
 
@@ -161,6 +179,37 @@ impl Vnodes {
         match first_err {
             Some(e) => Err(e.into()),
             None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vnodes_open_on_at_most_one_thread_per_core_and_eight_in_all() {
+        // (ring size, cores, threads): the old plan started ring_size / cores threads per batch,
+        // 2,048 for a 4,096 ring on 2 cores.
+        let cases = [
+            (4096, Some(2), 2),
+            (4096, Some(1), 1),
+            (4096, Some(64), MAX_OPEN_THREADS),
+            (4096, None, 2),
+            (64, Some(2), 2),
+            (64, Some(8), 8),
+            (64, Some(16), MAX_OPEN_THREADS),
+            (8, Some(2), 2),
+            (2, Some(8), 2),
+            (1, Some(8), 1),
+            (1, None, 1),
+        ];
+        for (ring, cores, want) in cases {
+            assert_eq!(
+                open_threads(ring, cores),
+                want,
+                "ring {ring}, cores {cores:?}"
+            );
         }
     }
 }

@@ -35,8 +35,23 @@ fn refused(dir: &Path, ring: u32) -> String {
 fn restarting_with_another_ring_size_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    // First start records ring_size 8 (common::Node starts with --ring-size 8).
-    drop(common::Node::start(&dir, &[]));
+    // First start records ring_size 8 (common::Node starts with --ring-size 8) and opens the
+    // vnodes on one thread per core, at most 8 (vnodes.rs, `open_threads`), not one per
+    // ring_size / cores partitions.
+    let node = common::Node::start(&dir, &[]);
+    node.wait_for_log(" threads\n");
+    let log = std::fs::read_to_string(&node.stderr).unwrap();
+    let threads: usize = log
+        .split("opened 8 vnodes in ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .and_then(|line| line.split(" on ").nth(1))
+        .and_then(|t| t.strip_suffix(" threads"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no vnode open line in the log:\n{log}"));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    assert_eq!(threads, cores.min(8), "{log}");
+    drop(node);
     assert_eq!(
         std::fs::read_to_string(dir.join("RING_SIZE")).unwrap(),
         "8\n"

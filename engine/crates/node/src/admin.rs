@@ -225,12 +225,17 @@ impl pb::admin_server::Admin for AdminService {
         req: Request<pb::AaeTreeRequest>,
     ) -> Result<Response<pb::AaeTreeResponse>, Status> {
         let p = self.partitions(&[req.into_inner().partition])?[0];
-        // The tree is cloned out of the store (1 MiB of segments by default): on the blocking
-        // pool, not the reactor.
-        let t = self
-            .blocking(move |v| v.stores[p as usize].aae_tree().map_err(to_status))
+        // The tree is cloned out of the store (4 MiB of segments by default) and folded into its
+        // root and branches on the blocking pool: the reactor only sees the small answer.
+        let resp = self
+            .blocking(move |v| {
+                v.stores[p as usize]
+                    .aae_tree()
+                    .map(|t| tree_response(&t))
+                    .map_err(to_status)
+            })
             .await?;
-        Ok(Response::new(tree_response(&t)))
+        Ok(Response::new(resp))
     }
 
     async fn aae_segment_keys(

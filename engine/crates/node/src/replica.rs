@@ -962,13 +962,17 @@ impl pb::node_server::Node for NodeService {
         let deadline = deadline_of(&req, self.replicas.default_deadline);
         let p = req.into_inner().partition;
         self.replicas.readable(p)?;
-        let t = self
+        // Cloned and folded on the blocking pool, as in the Admin service.
+        let resp = self
             .replicas
             .call(p, deadline, move |r| {
-                r.vnode_store(p)?.aae_tree().map_err(to_status)
+                r.vnode_store(p)?
+                    .aae_tree()
+                    .map(|t| crate::admin::tree_response(&t))
+                    .map_err(to_status)
             })
             .await?;
-        Ok(Response::new(crate::admin::tree_response(&t)))
+        Ok(Response::new(resp))
     }
 
     async fn aae_segment_keys(

@@ -4,7 +4,7 @@
 //! sst    := data_block* index_block bloom_block footer
 //! block  := entry* crc:u32                        entry := key:bytes value:bytes
 //! index  := count:u32 (last_key:bytes offset:u64 len:u32)* crc:u32
-//! bloom  := k:u32 bits* crc:u32
+//! bloom  := k:u8 hash:u8 0:u16 bits* crc:u32      (hash 1 XXH3, 0 the old CRC pair)
 //! footer := index_off:u64 index_len:u32 bloom_off:u64 bloom_len:u32 entries:u64 max_sqn:u64
 //!           magic "LVST" crc:u32                  (48 bytes; crc over the first 44)
 //! ```

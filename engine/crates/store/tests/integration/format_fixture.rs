@@ -1,5 +1,5 @@
-//! Frozen on-disk format: two small store directories written by this version of the engine are
-//! checked into `tests/fixtures/format-1/` and read back here, so a change to any file format
+//! Frozen on-disk formats: two small store directories written by each format of the engine are
+//! checked into `tests/fixtures/format-N/` and read back here, so a change to any file format
 //! (journal records and segment indexes, SSTs, manifest, AAE tree file) that breaks old stores
 //! fails this test.
 //!
@@ -7,8 +7,14 @@
 //! - `crashed/`: stopped like a crash (unflushed writes in an unindexed active segment, replayed at
 //!   open; the AAE tree is rebuilt).
 //!
-//! `LEVEE_WRITE_FIXTURES=1 cargo test -p levee-store --test integration format_fixture` rewrites them; only do
-//! that for a deliberate format change, with a new `format-N` folder and a migration story.
+//! The formats:
+//! - `format-1`: SST bloom filters hashed with the CRC32C pair (`k:u32` header);
+//! - `format-2`: SST bloom filters hashed with XXH3 (`k:u8 hash:u8 0:u16` header,
+//!   docs/engine.md "SST file"). Stores of format 1 are read with their old filters.
+//!
+//! `LEVEE_WRITE_FIXTURES=1 cargo test -p levee-store --test integration format_fixture` rewrites
+//! the newest (`CURRENT`); only do that for a deliberate format change, with a new `format-N`
+//! folder and a migration story.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,8 +25,14 @@ use levee_store::{Config, IndexChange, IndexQuery, Store, Term};
 
 const BUCKET: &[u8] = b"fix";
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-1")
+/// Every format whose stores this engine reads, oldest first; the last is the one it writes.
+const FORMATS: &[&str] = &["format-1", "format-2"];
+const CURRENT: &str = FORMATS[FORMATS.len() - 1];
+
+fn fixtures(format: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format)
 }
 
 /// Small sizes so a few hundred writes make several segments, flushes and a merge.
@@ -84,7 +96,7 @@ fn workload(store: Option<&Store>, upto: usize) -> Expected {
 }
 
 fn write_fixtures() {
-    let root = fixtures();
+    let root = fixtures(CURRENT);
     let _ = std::fs::remove_dir_all(&root);
     for (name, crash) in [("clean", false), ("crashed", true)] {
         let dir = root.join(name);
@@ -122,9 +134,10 @@ fn true_tree(want: &Expected) -> levee_store::AaeTree {
     s.aae_tree().unwrap()
 }
 
-fn check(name: &str, want: &Expected) {
+fn check(format: &str, fixture: &str, want: &Expected) {
+    let name = format!("{format}/{fixture}");
     let tmp = tempfile::tempdir().unwrap();
-    copy_dir(&fixtures().join(name), tmp.path());
+    copy_dir(&fixtures(format).join(fixture), tmp.path());
     let s = Store::open(tmp.path(), config())
         .unwrap_or_else(|e| panic!("the {name} fixture no longer opens: {e}"));
     for i in 0..300 {
@@ -189,17 +202,19 @@ fn check(name: &str, want: &Expected) {
 }
 
 #[test]
-fn stores_written_by_format_1_open_and_read_back_exactly() {
+fn stores_written_by_every_format_open_and_read_back_exactly() {
     if std::env::var("LEVEE_WRITE_FIXTURES").is_ok() {
         write_fixtures();
     }
-    assert!(
-        fixtures().join("clean").is_dir() && fixtures().join("crashed").is_dir(),
-        "fixtures missing: run with LEVEE_WRITE_FIXTURES=1 once"
-    );
-    // The clean store's saved AAE tree is of tree version 1, whose leaf hash was too weak
-    // (aae.rs, `leaf_hash`): it is rebuilt at open rather than used (features.rs checks that a
-    // clean reopen of a current store loads its saved tree).
-    check("clean", &workload(None, 400));
-    check("crashed", &workload(None, 340));
+    for format in FORMATS {
+        assert!(
+            fixtures(format).join("clean").is_dir() && fixtures(format).join("crashed").is_dir(),
+            "{format} fixtures missing (LEVEE_WRITE_FIXTURES=1 writes the current format's)"
+        );
+        // format-1's clean store holds a saved AAE tree of tree version 1, whose leaf hash was
+        // too weak (aae.rs, `leaf_hash`): it is rebuilt at open rather than used (features.rs
+        // checks that a clean reopen of a current store loads its saved tree).
+        check(format, "clean", &workload(None, 400));
+        check(format, "crashed", &workload(None, 340));
+    }
 }

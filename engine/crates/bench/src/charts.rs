@@ -10,19 +10,43 @@ use plotters::prelude::*;
 pub const WIDTH: u32 = 1200;
 pub const PANEL_HEIGHT: u32 = 300;
 
-/// One CSV as rows of numbers (header dropped).
+/// One CSV as rows of numbers (header dropped). A field that is not a number, or a row with
+/// another count of fields than the header, is an error naming the file and line: a chart drawn
+/// from a damaged or foreign CSV would show made-up zeros.
 fn read_csv(p: &Path) -> Result<Vec<Vec<f64>>> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-    Ok(text
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            l.split(',')
-                .map(|v| v.trim().parse::<f64>().unwrap_or(0.0))
-                .collect()
+    parse_csv(&text).with_context(|| format!("reading {}", p.display()))
+}
+
+fn parse_csv(text: &str) -> Result<Vec<Vec<f64>>> {
+    let mut lines = text.lines().enumerate();
+    let Some((_, header)) = lines.next() else {
+        bail!("empty file, no header");
+    };
+    let width = header.split(',').count();
+    lines
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let row = l
+                .split(',')
+                .enumerate()
+                .map(|(f, v)| {
+                    let v = v.trim();
+                    v.parse::<f64>().with_context(|| {
+                        format!("line {}, field {}: {v:?} is not a number", i + 1, f + 1)
+                    })
+                })
+                .collect::<Result<Vec<f64>>>()?;
+            if row.len() != width {
+                bail!(
+                    "line {}: {} fields where the header has {width}",
+                    i + 1,
+                    row.len()
+                );
+            }
+            Ok(row)
         })
-        .collect())
+        .collect()
 }
 
 /// A run directory's data: throughput per window and latency rows per op.
@@ -380,4 +404,51 @@ pub fn compare(runs: &[PathBuf], out_png: &Path, op: &str) -> Result<String> {
         }
     }
     Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_rows_parse_as_numbers_and_a_bad_field_is_an_error() {
+        let ok = "elapsed, window, total\n1, 1, 10\n\n2, 1, 12.5\n";
+        assert_eq!(
+            parse_csv(ok).unwrap(),
+            vec![vec![1.0, 1.0, 10.0], vec![2.0, 1.0, 12.5]]
+        );
+        for (bad, why) in [
+            (
+                "a, b, c\n1, 2, x\n",
+                "line 2, field 3: \"x\" is not a number",
+            ),
+            ("a, b, c\n1, 2, 3\n1, , 3\n", "line 3, field 2"),
+            ("a, b, c\n1, 2\n", "line 2: 2 fields where the header has 3"),
+            ("a, b, c\n1, 2, 3, 4\n", "line 2: 4 fields"),
+            ("", "empty file"),
+        ] {
+            let err = format!("{:#}", parse_csv(bad).unwrap_err());
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_run_with_a_damaged_csv_is_not_charted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("summary.csv"),
+            "elapsed, window, total, successful, failed\n1, 1, 10, 10, 0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("get_latencies.csv"),
+            "elapsed, window, n, min\n1, 1, 10, oops\n",
+        )
+        .unwrap();
+        let err = format!("{:#}", RunData::load(dir.path()).err().unwrap());
+        assert!(
+            err.contains("get_latencies.csv") && err.contains("\"oops\" is not a number"),
+            "{err}"
+        );
+    }
 }

@@ -4,10 +4,11 @@
 //! The filter records which hash gave `h1` and `h2` (docs/engine.md, "Ledger SSTs"):
 //! - `Xxh3` (written by every SST builder now): the two 64-bit halves of the key's XXH3-128.
 //! - `Crc32cPair` (SSTs written before it, read only): two CRC32C-based 32-bit hashes. CRC is
-//!   linear, so for keys of equal length the second was an affine function of the first and the
-//!   probes of similar keys overlapped more than independent hashes would: ledger keys of one
-//!   bucket mostly share a length, and the false-positive rate was above what `bits_per_key`
-//!   promises. Old filters keep answering with it so their tables stay correct.
+//!   linear, so for keys of equal length the second is an affine function of the first: the
+//!   filter has 32 bits of hash, not two independent ones. Measured on 100 k equal-length keys at
+//!   10 bits/key it still gave 0.79–0.84 % false positives (XXH3: 0.84 %, theory 0.82 %), so the
+//!   change removes a structural weakness rather than a measured one. Old filters keep answering
+//!   with it so their tables stay correct.
 
 /// The hash a filter's probes come from; its byte in the encoded filter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

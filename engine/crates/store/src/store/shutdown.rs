@@ -43,10 +43,7 @@ impl Store {
             };
             drop(gate);
             if synced.is_ok() {
-                {
-                    let mut s = i.sync.lock();
-                    s.synced = s.synced.max(w.next_sqn - 1);
-                }
+                i.mark_synced(w.next_sqn - 1);
                 i.rotate_memtable();
             }
             {

@@ -170,7 +170,7 @@ impl Inner {
         // go to disk — under the key's stripe, so no other write of the key comes in between.
         let value_hash = crc32c::crc32c(value);
         let timestamp = now_micros();
-        let _stripe = self.aae.as_ref().map(|_| self.key_stripe(&lk).lock());
+        let stripe = self.aae.as_ref().map(|_| self.key_stripe(&lk).lock());
         let aae_delta = match &self.aae {
             Some(_) => Some(self.aae_delta(bucket, key, &lk, kind, metadata)?),
             None => None,
@@ -218,6 +218,9 @@ impl Inner {
             user_bytes: (bucket.len() + key.len() + value.len() + metadata.len()) as u64,
         };
         let (r, mut buf) = self.group_append(job);
+        // The stripe orders the AAE lookup against the append; waiting for durability needs it
+        // no more (holding it there made a lost wake-up a deadlock for the key's next writer).
+        drop(stripe);
         if buf.capacity() <= RECORD_BUF_KEEP {
             buf.clear();
             RECORD_BUF.with_borrow_mut(|b| *b = buf);
@@ -410,9 +413,7 @@ impl Inner {
                         *self.active_journal.lock() = w.journal.file.clone();
                         self.journal.push(seg);
                         // The old segment was fsynced by the roll: everything up to `sqn` is durable.
-                        let mut s = self.sync.lock();
-                        s.synced = s.synced.max(sqn);
-                        drop(s);
+                        self.mark_synced(sqn);
                         if let Err(e) = self.write_manifest(Vec::new()) {
                             log::error!("writing the manifest after a journal roll: {e}");
                         }
@@ -549,6 +550,7 @@ impl Inner {
             if let Ok(target) = r {
                 s.synced = s.synced.max(target);
             }
+            // Also after a failure: the waiters read it.
             self.sync_cv.notify_all();
             if s.failed.is_some() {
                 return;
@@ -586,10 +588,19 @@ impl Inner {
         }
         // Records up to `sqn` were appended before their memtable was frozen: sqn <= last_sqn.
         let target = self.sync_active_journal()?;
-        let mut s = self.sync.lock();
-        s.synced = s.synced.max(target);
-        self.sync_cv.notify_all();
+        self.mark_synced(target);
         Ok(())
+    }
+
+    /// Everything up to `sqn` is durable: raise the mark and wake the writers waiting for it.
+    /// Every path that raises it outside the syncer comes here — a raise without the wake-up
+    /// leaves a writer whose record it covered asleep (the syncer, finding nothing requested
+    /// beyond the mark, does not wake it either) until another write asks for more, which in a
+    /// quiet store is never.
+    pub(super) fn mark_synced(&self, sqn: Sqn) {
+        let mut s = self.sync.lock();
+        s.synced = s.synced.max(sqn);
+        self.sync_cv.notify_all();
     }
 
     /// fdatasync the active segment and return the SQN it made durable. Needs no write lock:

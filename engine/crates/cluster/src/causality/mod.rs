@@ -36,6 +36,7 @@ pub use codec::{
     decode_context, decode_siblings, encode_context, encode_siblings, DecodeError, FORMAT_VERSION,
 };
 pub use siblings::{
-    update, ConflictPolicy, CounterExhausted, Sibling, SiblingKind, SiblingMeta, SiblingSet,
+    recorded_n_val, update, ConflictPolicy, CounterExhausted, Sibling, SiblingKind, SiblingMeta,
+    SiblingSet,
 };
 pub use tombstone::{tombstone_reapable, ReplicaCopy};

@@ -55,12 +55,10 @@ impl SiblingMeta {
     /// The same metadata recording a write at `n_val` replicas in a cluster of `cluster_n_val`
     /// (recorded only when it is smaller).
     pub fn written_at(self, n_val: u32, cluster_n_val: u32) -> SiblingMeta {
-        let n_val = if n_val < cluster_n_val {
-            u8::try_from(n_val).unwrap_or(u8::MAX)
-        } else {
-            0
-        };
-        SiblingMeta { n_val, ..self }
+        SiblingMeta {
+            n_val: recorded_n_val(n_val, cluster_n_val),
+            ..self
+        }
     }
 
     pub fn is_tombstone(&self) -> bool {
@@ -95,6 +93,16 @@ impl Ord for SiblingMeta {
     /// The same order as [`SiblingMeta::lww_cmp`] (it is total).
     fn cmp(&self, other: &Self) -> Ordering {
         self.lww_cmp(other)
+    }
+}
+
+/// The `SiblingMeta::n_val` byte of a write at `n_val` replicas in a cluster of `cluster_n_val`:
+/// the n_val when smaller, else 0.
+pub fn recorded_n_val(n_val: u32, cluster_n_val: u32) -> u8 {
+    if n_val < cluster_n_val {
+        u8::try_from(n_val).unwrap_or(u8::MAX)
+    } else {
+        0
     }
 }
 

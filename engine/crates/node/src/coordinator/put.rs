@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use levee_cluster::{
     encode_context, hint_holders, Clock, Content, PutDecision, PutReply, PutTracker, Replica,
-    ReplicaRole, Role, SiblingMeta, WriteOptions,
+    ReplicaRole, Role, WriteOptions,
 };
 use levee_proto::v1 as pb;
 use tonic::Status;
@@ -117,9 +117,7 @@ impl Coordinator {
         let context = encode_context(&w.context);
         let stamp = WriteStamp {
             timestamp_us,
-            n_val: SiblingMeta::tombstone(0)
-                .written_at(props.n_val, plan.view.claim.n_val())
-                .n_val,
+            n_val: levee_cluster::causality::recorded_n_val(props.n_val, plan.view.claim.n_val()),
         };
         // Coordinate on this node's replica if it has one, else on the first target; never first
         // on a vnode rebuilding here (it lacks the object to merge with).

@@ -38,6 +38,14 @@ impl Vnode {
         Vnode { c, p }
     }
 
+    /// A replica key of this vnode.
+    fn key(&self, k: &str) -> pb::ReplicaKey {
+        pb::ReplicaKey {
+            partition: self.p,
+            ..key(k)
+        }
+    }
+
     async fn coordinate_put(
         &mut self,
         mut req: pb::CoordinatePutRequest,
@@ -103,9 +111,7 @@ fn merge_req(k: &str, o: &pb::ReplicaObject, lww: bool) -> pb::MergeReplicaReque
 
 /// The values a replica holds for `k`, sorted.
 async fn values(v: &mut Vnode, k: &str) -> Vec<String> {
-    let mut rk = key(k);
-    rk.partition = v.p;
-    let o = v.c.get_replica(rk).await.unwrap().into_inner();
+    let o = v.c.get_replica(v.key(k)).await.unwrap().into_inner();
     let mut v: Vec<String> = decode_contents(&o.contents)
         .unwrap()
         .into_iter()
@@ -116,9 +122,14 @@ async fn values(v: &mut Vnode, k: &str) -> Vec<String> {
 }
 
 async fn siblings(v: &mut Vnode, k: &str) -> SiblingSet {
-    let mut rk = key(k);
-    rk.partition = v.p;
-    decode_siblings(&v.c.head_replica(rk).await.unwrap().into_inner().siblings).unwrap()
+    decode_siblings(
+        &v.c.head_replica(v.key(k))
+            .await
+            .unwrap()
+            .into_inner()
+            .siblings,
+    )
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@
 //! blocking thread and no vnode slot. (Coverage across members is not wired yet: in a cluster of
 //! several members they answer for this node's vnodes only; docs/cluster.md.)
 
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,8 +25,9 @@ use levee_cluster::{
 
 use crate::admission;
 use crate::coordinator::get::{Read, ReadOutcome};
+use crate::coordinator::index_query::IndexReader;
 use crate::coordinator::put::Write;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, MAX_REPLANS};
 use crate::metrics::Metrics;
 
 pub struct KvService {
@@ -258,9 +260,6 @@ type PageStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// is an async task: while the channel is full it waits without a blocking thread or a slot.
 const PAGES_AHEAD: usize = 2;
 
-/// How many times a coverage query replaces the vnodes of members that died under it.
-const MAX_REPLANS: u32 = 4;
-
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
@@ -454,7 +453,7 @@ impl pb::kv_server::Kv for KvService {
             ],
         );
         let ring_version = view.list.version();
-        let mut after: Option<(Term, Vec<u8>)> = None;
+        let mut after: Option<crate::replica::Entry> = None;
         if !r.continuation.is_empty() {
             let e = Continuation::resume(&r.continuation, qhash, ring_version).map_err(
                 |e| match e {
@@ -480,6 +479,7 @@ impl pb::kv_server::Kv for KvService {
             after: None,
             limit: page_size as u32,
             key_partitions: Vec::new(),
+            snapshot: 0,
         };
         // Checked once here (on this node's first vnode) so a bad query fails the call, not the
         // stream.
@@ -489,7 +489,7 @@ impl pb::kv_server::Kv for KvService {
                 vnode: 0,
                 filter: levee_cluster::KeyFilter::All,
             };
-            if let Err(e) = c
+            let checked = c
                 .index_page(
                     &view,
                     &first,
@@ -498,10 +498,14 @@ impl pb::kv_server::Kv for KvService {
                         ..base.clone()
                     },
                     None,
+                    0,
                     self.deadline(&meta),
                 )
-                .await
-            {
+                .await;
+            if let Ok((_, _, held)) = &checked {
+                c.replicas.held.release(*held);
+            }
+            if let Err(e) = checked {
                 Self::stream_done(
                     &self.metrics,
                     "index_query",
@@ -517,81 +521,42 @@ impl pb::kv_server::Kv for KvService {
         let default_deadline = self.coordinator.replicas.default_deadline;
         let client_deadline = client_timeout(&meta)
             .map(|t| admission::start_deadline(Instant::now(), Some(t), default_deadline));
+        let mut reader = IndexReader::new(
+            c,
+            view,
+            plan.vnodes.clone(),
+            base,
+            props.n_val,
+            after,
+            page_size,
+            NonZeroUsize::new(limit).filter(|_| limit != usize::MAX),
+        );
         tokio::spawn(async move {
-            let mut sent = 0usize;
-            let mut vnodes = plan.vnodes.clone();
-            let mut replans = 0;
-            let outcome = 'pages: loop {
+            let outcome = loop {
                 let deadline = client_deadline.unwrap_or_else(|| Instant::now() + default_deadline);
-                let mut merged: Vec<(Term, Vec<u8>)> = Vec::new();
-                let mut cap: Option<(Term, Vec<u8>)> = None;
-                for i in 0..vnodes.len() {
-                    match c
-                        .index_page(&view, &vnodes[i], &base, after.as_ref(), deadline)
-                        .await
-                    {
-                        Ok((results, last)) => {
-                            merged.extend(results);
-                            if let Some(l) = last {
-                                if cap.as_ref().is_none_or(|c| l < *c) {
-                                    cap = Some(l);
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            // A member died under the query: its vnodes' share goes to other
-                            // replicas and the round starts again from the same position.
-                            if crate::peers::is_unreachable(&e) && replans < MAX_REPLANS {
-                                if let Ok(stand_ins) = c.replan(props.n_val, &vnodes[i]) {
-                                    replans += 1;
-                                    vnodes.splice(i..=i, stand_ins);
-                                    continue 'pages;
-                                }
-                            }
-                            let label = result_label(&Err(&e));
-                            let _ = tx.send(Err(e)).await;
-                            break 'pages label;
-                        }
+                let page = match reader.next_page(deadline).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let label = result_label(&Err(&e));
+                        let _ = tx.send(Err(e)).await;
+                        break label;
                     }
-                }
-                merged.sort();
-                if let Some(cap) = &cap {
-                    merged.retain(|e| e <= cap);
-                }
-                let want = page_size.min(limit - sent);
-                let truncated = merged.len() > want;
-                merged.truncate(want);
-                sent += merged.len();
-                after = if truncated || cap.is_none() {
-                    merged.last().cloned().or(after)
-                } else {
-                    cap.clone()
                 };
-                let more = truncated || cap.is_some();
-                let last_page = !more || sent >= limit;
-                let continuation = if last_page && more {
-                    after
-                        .as_ref()
-                        .and_then(|(t, k)| {
-                            Continuation::new(
-                                qhash,
-                                ring_version,
-                                levee_cluster::IndexEntry::new(
-                                    prost::Message::encode_to_vec(&term_to(t.clone())),
-                                    k.clone(),
-                                ),
-                            )
-                            .ok()
-                        })
-                        .map(|t| t.encode())
-                        .unwrap_or_default()
-                } else {
-                    Vec::new()
+                let continuation = match &page.end {
+                    Some(Some((t, k))) => Continuation::new(
+                        qhash,
+                        ring_version,
+                        levee_cluster::IndexEntry::new(
+                            prost::Message::encode_to_vec(&term_to(t.clone())),
+                            k.clone(),
+                        ),
+                    )
+                    .map(|t| t.encode())
+                    .unwrap_or_default(),
+                    _ => Vec::new(),
                 };
-                if merged.is_empty() && !last_page {
-                    continue; // the position moved on; nothing to send yet
-                }
-                let results = merged
+                let results = page
+                    .entries
                     .into_iter()
                     .map(|(t, k)| pb::IndexQueryResult {
                         term: return_terms.then(|| term_to(t)),
@@ -609,10 +574,11 @@ impl pb::kv_server::Kv for KvService {
                 {
                     break "error"; // the client went away
                 }
-                if last_page {
+                if page.end.is_some() {
                     break "ok";
                 }
             };
+            reader.release().await;
             Self::stream_done(&metrics, "index_query", started, outcome);
         });
         Ok(Response::new(Box::pin(
@@ -659,7 +625,9 @@ impl pb::kv_server::Kv for KvService {
                     .collect();
             let mut replans = 0;
             'vnodes: while let Some((cv, mut after)) = work.pop_front() {
-                loop {
+                // The snapshot the vnode holds for its next page.
+                let mut held = 0u64;
+                let stopped = loop {
                     let deadline =
                         client_deadline.unwrap_or_else(|| Instant::now() + default_deadline);
                     let page = c
@@ -669,11 +637,19 @@ impl pb::kv_server::Kv for KvService {
                             r.bucket.clone(),
                             after.clone(),
                             page_size,
+                            held,
                             deadline,
                         )
                         .await;
                     let (keys, last) = match page {
-                        Ok(p) => p,
+                        Ok((keys, last, snapshot)) => {
+                            held = snapshot;
+                            c.metrics
+                                .coverage_fetched
+                                .with_label_values(&["list_keys"])
+                                .inc_by(keys.len() as u64);
+                            (keys, last)
+                        }
                         Err(e) => {
                             if crate::peers::is_unreachable(&e) && replans < MAX_REPLANS {
                                 if let Ok(stand_ins) = c.replan(props.n_val, &cv) {
@@ -686,19 +662,24 @@ impl pb::kv_server::Kv for KvService {
                             }
                             outcome = result_label(&Err(&e));
                             let _ = tx.send(Err(e)).await;
-                            break 'vnodes;
+                            break true;
                         }
                     };
                     // Waits here, on no thread and with no slot, while the client is slow.
                     if !keys.is_empty() && tx.send(Ok(pb::ListKeysResponse { keys })).await.is_err()
                     {
                         outcome = "error"; // the client went away
-                        break 'vnodes;
+                        break true;
                     }
                     match last {
                         Some(l) => after = l,
-                        None => break,
+                        None => break false,
                     }
+                };
+                if stopped {
+                    // Inside a vnode: let go of its snapshot.
+                    c.release_snapshots(&view, &[(cv, held)]).await;
+                    break;
                 }
             }
             Self::stream_done(&metrics, "list_keys", started, outcome);

@@ -11,6 +11,7 @@ mod config;
 mod coordinator;
 mod errors;
 mod handoff;
+mod held_snapshots;
 mod kv;
 mod maintenance;
 mod membership;

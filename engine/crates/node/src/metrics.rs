@@ -47,12 +47,20 @@ pub struct Metrics {
     pub aae_exchanges: IntCounterVec,
     /// Keys AAE exchanges found different between replicas and repaired.
     pub aae_repairs: IntCounter,
+    /// Entries (index entries, keys) coverage queries this node ran received from vnodes, by
+    /// operation ([`COVERAGE_OPS`]): against the results returned, what the queries read past.
+    pub coverage_fetched: IntCounterVec,
+    /// Query snapshots this member holds for coverage queries between pages.
+    pub query_snapshots_held: IntGauge,
     /// Expiry (Unix seconds) of the certificate the gRPC port serves, when TLS is on.
     pub tls_expiry: Arc<parking_lot::RwLock<Option<f64>>>,
 }
 
 /// The `result` label values of `levee_aae_exchanges_total` (`aae_exchange.rs`).
 pub const EXCHANGE_RESULTS: [&str; 4] = ["in_sync", "repaired", "failed", "skipped"];
+
+/// The `op` label values of `levee_coverage_entries_fetched_total`.
+pub const COVERAGE_OPS: [&str; 2] = ["index_query", "list_keys"];
 
 /// The states of `levee_vnodes`.
 pub const VNODE_STATES: [&str; 3] = ["active", "handoff", "idle"];
@@ -188,6 +196,28 @@ impl Metrics {
         )
         .unwrap();
         registry.register(Box::new(aae_repairs.clone())).unwrap();
+        let coverage_fetched = IntCounterVec::new(
+            Opts::new(
+                "levee_coverage_entries_fetched_total",
+                "Entries coverage queries this node ran received from vnodes, by operation",
+            ),
+            &["op"],
+        )
+        .unwrap();
+        for op in COVERAGE_OPS {
+            coverage_fetched.with_label_values(&[op]);
+        }
+        registry
+            .register(Box::new(coverage_fetched.clone()))
+            .unwrap();
+        let query_snapshots_held = IntGauge::new(
+            "levee_query_snapshots_held",
+            "Vnode snapshots this member holds for coverage queries between their pages",
+        )
+        .unwrap();
+        registry
+            .register(Box::new(query_snapshots_held.clone()))
+            .unwrap();
         let vnode_gauge = IntGaugeVec::new(
             Opts::new(
                 "levee_vnodes",
@@ -254,6 +284,8 @@ impl Metrics {
             handoff_bytes,
             aae_exchanges,
             aae_repairs,
+            coverage_fetched,
+            query_snapshots_held,
             vnodes: vnode_gauge,
             tls_expiry,
         }

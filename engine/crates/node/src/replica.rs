@@ -35,6 +35,7 @@ use tonic::{Request, Response, Status};
 
 use crate::admission::{self, Admission};
 use crate::errors::to_status;
+use crate::held_snapshots::{self, HeldSnapshots, HoldError};
 use crate::vnodes::Vnodes;
 
 const STRIPES: usize = 256;
@@ -62,6 +63,8 @@ pub struct Replicas {
     /// answers no reads.
     pub rebuilding: Vec<AtomicBool>,
     forward_tx: OnceLock<tokio::sync::mpsc::Sender<Forward>>,
+    /// Snapshots coverage queries read page after page (`held_snapshots.rs`).
+    pub held: HeldSnapshots<levee_store::Snapshot>,
 }
 
 /// A write to forward to the next owner of its vnode (`transition.rs`).
@@ -82,10 +85,10 @@ const FORWARD_QUEUE: usize = 4096;
 pub type Entry = (levee_store::Term, Vec<u8>);
 
 /// Index entries kept, and the last entry scanned when the vnode may hold more.
-pub type IndexPageOut = (Vec<Entry>, Option<Entry>);
+pub type IndexPageOut = (Vec<Entry>, Option<Entry>, u64);
 
 /// Keys kept, and the last key scanned when the vnode may hold more.
-pub type KeysPageOut = (Vec<Vec<u8>>, Option<Vec<u8>>);
+pub type KeysPageOut = (Vec<Vec<u8>>, Option<Vec<u8>>, u64);
 
 /// A stored object and the journal sequence number of the write that stored it (for a read, of
 /// the stored object; 0 when a merge wrote nothing).
@@ -128,6 +131,7 @@ impl Replicas {
             forward_lost: (0..n).map(|_| AtomicBool::new(false)).collect(),
             rebuilding: (0..n).map(|_| AtomicBool::new(false)).collect(),
             forward_tx: OnceLock::new(),
+            held: HeldSnapshots::new(held_snapshots::IDLE, held_snapshots::MAX_HELD, id_seed()),
         })
     }
 
@@ -551,8 +555,9 @@ impl Replicas {
     }
 
     /// A page of the vnode's live keys of `bucket` after `after`, scanning at most `limit` keys,
-    /// keeping those whose own partition is in `key_partitions` (all when empty). Returns the
-    /// keys kept and the last key scanned when the vnode may hold more.
+    /// keeping those whose own partition is in `key_partitions` (all when empty), read on the held
+    /// snapshot `snapshot` (0: a new one). Returns the keys kept, the last key scanned when the
+    /// vnode may hold more, and the snapshot held for the next page (0 when done).
     pub fn fold_keys_page(
         &self,
         partition: u32,
@@ -560,11 +565,9 @@ impl Replicas {
         after: &[u8],
         limit: usize,
         key_partitions: &[u32],
+        snapshot: u64,
     ) -> Result<KeysPageOut, Status> {
-        let store = self.store(partition)?;
-        let snap = store
-            .snapshot(levee_store::SnapshotKind::Fold)
-            .map_err(to_status)?;
+        let snap = self.query_snapshot(partition, snapshot)?;
         let start = (!after.is_empty()).then(|| {
             let mut s = after.to_vec();
             s.push(0); // the smallest key above `after`
@@ -597,13 +600,59 @@ impl Replicas {
                 break;
             }
         }
-        Ok((kept, last))
+        let held = self.keep_snapshot(partition, snapshot, snap, last.is_some())?;
+        Ok((kept, last, held))
+    }
+
+    /// The snapshot a coverage query's page reads: the held one `id`, or (0) a new one — when
+    /// this member has room to hold it, so a query that cannot be held fails on its first page.
+    fn query_snapshot(
+        &self,
+        partition: u32,
+        id: u64,
+    ) -> Result<Arc<levee_store::Snapshot>, Status> {
+        let store = self.store(partition)?;
+        let now = Instant::now();
+        if id != 0 {
+            return self
+                .held
+                .get(partition, id, now)
+                .map_err(|e| Status::failed_precondition(e.to_string()));
+        }
+        self.held.room(now).map_err(hold_refused)?;
+        Ok(Arc::new(
+            store
+                .snapshot(levee_store::SnapshotKind::Query)
+                .map_err(to_status)?,
+        ))
+    }
+
+    /// After a page read on `snap` (held as `id`, or new when 0): hold it while the vnode has
+    /// more, let it go when done. The id to pass with the next page (0: none).
+    fn keep_snapshot(
+        &self,
+        partition: u32,
+        id: u64,
+        snap: Arc<levee_store::Snapshot>,
+        more: bool,
+    ) -> Result<u64, Status> {
+        match (more, id) {
+            (true, 0) => self
+                .held
+                .hold(partition, snap, Instant::now())
+                .map_err(hold_refused),
+            (true, id) => Ok(id),
+            (false, id) => {
+                self.held.release(id);
+                Ok(0)
+            }
+        }
     }
 
     /// A page of the vnode's entries of the index query `q` after `after`, scanning at most
     /// `limit` entries, keeping those whose key's partition is in `key_partitions` (all when
-    /// empty). Returns the entries kept and the last entry scanned when the vnode may hold more.
-    #[allow(clippy::type_complexity)]
+    /// empty), read on the held snapshot `snapshot` (0: a new one). Returns the entries kept, the
+    /// last entry scanned when the vnode may hold more, and the snapshot held for the next page.
     pub fn index_page(
         &self,
         partition: u32,
@@ -611,14 +660,15 @@ impl Replicas {
         after: Option<&(levee_store::Term, Vec<u8>)>,
         limit: usize,
         key_partitions: &[u32],
+        snapshot: u64,
     ) -> Result<IndexPageOut, Status> {
-        let store = self.store(partition)?;
+        let snap = self.query_snapshot(partition, snapshot)?;
         let mut q = q.clone();
         q.return_terms = true;
         q.max_results = Some(limit.max(1));
         q.continuation =
             after.map(|(t, k)| levee_store::index_continuation(&q.bucket, &q.field, t, k));
-        let page = store.index_query(&q).map_err(to_status)?;
+        let page = snap.index_query(&q).map_err(to_status)?;
         let more = page.continuation.is_some();
         let ring = self.vnodes.ring_size;
         let results: Vec<(levee_store::Term, Vec<u8>)> = page
@@ -634,7 +684,8 @@ impl Replicas {
                     || key_partitions.contains(&crate::ring::partition_of(&q.bucket, k, ring))
             })
             .collect();
-        Ok((kept, last))
+        let held = self.keep_snapshot(partition, snapshot, snap, more)?;
+        Ok((kept, last, held))
     }
 
     /// Reap a deleted key's replica: drop it if it still holds exactly the tombstones `set`.
@@ -666,6 +717,21 @@ fn damaged(partition: u32, e: impl std::fmt::Display) -> Status {
 }
 
 /// The vnode's actor: kept while its store holds data, drawn anew when the store is empty.
+/// A random start for this process's held-snapshot ids.
+fn id_seed() -> u64 {
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// A member that cannot hold one more query snapshot: UNAVAILABLE with a retry hint, as overload.
+fn hold_refused(e: HoldError) -> Status {
+    let mut st = Status::unavailable(e.to_string());
+    st.metadata_mut()
+        .insert("retry-after-ms", "1000".parse().expect("digits"));
+    st
+}
+
 fn actor_of(dir: &Path, partition: u32, store: &Store) -> Result<Actor> {
     let path = dir.join(format!("p{partition:04}"));
     let empty = store.stats().last_sqn == 0;
@@ -898,15 +964,23 @@ impl pb::node_server::Node for NodeService {
         let q = req.into_inner();
         let limit = page_limit(q.limit);
         self.replicas.readable(q.partition)?;
-        let (keys, last) = self
+        let (keys, last, snapshot) = self
             .replicas
             .call(q.partition, deadline, move |r| {
-                r.fold_keys_page(q.partition, &q.bucket, &q.after, limit, &q.key_partitions)
+                r.fold_keys_page(
+                    q.partition,
+                    &q.bucket,
+                    &q.after,
+                    limit,
+                    &q.key_partitions,
+                    q.snapshot,
+                )
             })
             .await?;
         Ok(Response::new(pb::FoldKeysResponse {
             keys,
             last: last.unwrap_or_default(),
+            snapshot,
         }))
     }
 
@@ -919,7 +993,7 @@ impl pb::node_server::Node for NodeService {
         let (query, after) = index_page_query(&q)?;
         let limit = page_limit(q.limit);
         self.replicas.readable(q.partition)?;
-        let (results, last) = self
+        let (results, last, snapshot) = self
             .replicas
             .call(q.partition, deadline, move |r| {
                 r.index_page(
@@ -928,13 +1002,25 @@ impl pb::node_server::Node for NodeService {
                     after.as_ref(),
                     limit,
                     &q.key_partitions,
+                    q.snapshot,
                 )
             })
             .await?;
         Ok(Response::new(pb::IndexPageResponse {
             results: results.into_iter().map(entry_pb).collect(),
             last: last.map(entry_pb),
+            snapshot,
         }))
+    }
+
+    async fn release_snapshots(
+        &self,
+        req: Request<pb::ReleaseSnapshotsRequest>,
+    ) -> Result<Response<pb::ReleaseSnapshotsResponse>, Status> {
+        for id in req.into_inner().snapshots {
+            self.replicas.held.release(id);
+        }
+        Ok(Response::new(pb::ReleaseSnapshotsResponse {}))
     }
 
     async fn reap_replica(

@@ -88,6 +88,9 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
             tokio::task::spawn_blocking(move || Replicas::open(v, a, durable, deadline)).await??,
         )
     };
+    replicas
+        .held
+        .publish_to(metrics.query_snapshots_held.clone());
     tokio::spawn(peers.clone().probe(vnodes.membership.clone()));
     let coordinator = Arc::new(Coordinator {
         vnodes: vnodes.clone(),

@@ -29,16 +29,16 @@ impl IndexEntry {
 
 /// What the merge can do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MergeStep {
+pub enum MergeStep<E = IndexEntry> {
     /// The next entry of the answer.
-    Entry(IndexEntry),
+    Entry(E),
     /// Nothing can be emitted until these streams (ascending) send more or end.
     Need(Vec<usize>),
     /// The answer is complete, or has `max_results` entries.
     Done {
         /// Where to resume: the last entry emitted, when the answer stopped at `max_results`
         /// and more may follow. `None` when every stream ended and nothing is left.
-        continuation: Option<IndexEntry>,
+        continuation: Option<E>,
     },
 }
 
@@ -54,36 +54,43 @@ pub enum MergeError {
     AfterEnd { source_index: usize },
 }
 
-#[derive(Clone, Debug, Default)]
-struct Stream {
-    buffered: VecDeque<IndexEntry>,
+#[derive(Clone, Debug)]
+struct Stream<E> {
+    buffered: VecDeque<E>,
     /// The last entry the stream sent (buffered or not), to check order.
-    last: Option<IndexEntry>,
+    last: Option<E>,
     ended: bool,
 }
 
-/// A k-way merge of sorted streams; see the module documentation.
+impl<E> Default for Stream<E> {
+    fn default() -> Self {
+        Stream {
+            buffered: VecDeque::new(),
+            last: None,
+            ended: false,
+        }
+    }
+}
+
+/// A k-way merge of sorted streams; see the module documentation. Entries are [`IndexEntry`]
+/// (byte-ordered) or any other totally ordered type (the node merges typed index terms).
 #[derive(Clone, Debug)]
-pub struct Merge {
-    streams: Vec<Stream>,
+pub struct Merge<E = IndexEntry> {
+    streams: Vec<Stream<E>>,
     /// Entries at or below this are dropped: the continuation the query resumes from.
-    after: Option<IndexEntry>,
+    after: Option<E>,
     /// The last entry emitted.
-    last: Option<IndexEntry>,
+    last: Option<E>,
     max_results: Option<NonZeroUsize>,
     emitted: usize,
 }
 
-impl Merge {
+impl<E: Ord + Clone> Merge<E> {
     /// A merge of `streams` streams (numbered `0..streams`), emitting only entries above
     /// `after` and at most `max_results` of them (`None`: no limit).
-    pub fn new(
-        streams: usize,
-        after: Option<IndexEntry>,
-        max_results: Option<NonZeroUsize>,
-    ) -> Merge {
+    pub fn new(streams: usize, after: Option<E>, max_results: Option<NonZeroUsize>) -> Merge<E> {
         Merge {
-            streams: vec![Stream::default(); streams],
+            streams: (0..streams).map(|_| Stream::default()).collect(),
             after,
             last: None,
             max_results,
@@ -91,7 +98,19 @@ impl Merge {
         }
     }
 
-    fn stream(&mut self, source_index: usize) -> Result<&mut Stream, MergeError> {
+    /// One more stream (numbered next after the others): one that takes over part of an ended
+    /// stream's answer from where it stopped. Its index.
+    pub fn add_stream(&mut self) -> usize {
+        self.streams.push(Stream::default());
+        self.streams.len() - 1
+    }
+
+    /// Streams in the merge (ended ones included).
+    pub fn streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    fn stream(&mut self, source_index: usize) -> Result<&mut Stream<E>, MergeError> {
         let streams = self.streams.len();
         self.streams
             .get_mut(source_index)
@@ -106,7 +125,7 @@ impl Merge {
     pub fn push(
         &mut self,
         source_index: usize,
-        entries: impl IntoIterator<Item = IndexEntry>,
+        entries: impl IntoIterator<Item = E>,
     ) -> Result<(), MergeError> {
         let after = self.after.clone();
         let floor = self.last.clone();
@@ -121,7 +140,7 @@ impl Merge {
                 return Err(MergeError::Unsorted { source_index });
             }
             last = Some(e.clone());
-            let below = |b: &Option<IndexEntry>| b.as_ref().is_some_and(|b| e <= *b);
+            let below = |b: &Option<E>| b.as_ref().is_some_and(|b| e <= *b);
             if !below(&after) && !below(&floor) {
                 keep.push(e);
             }
@@ -148,7 +167,7 @@ impl Merge {
     }
 
     /// The next step; see [`MergeStep`].
-    pub fn step(&mut self) -> MergeStep {
+    pub fn step(&mut self) -> MergeStep<E> {
         if self.max_results.is_some_and(|m| self.emitted >= m.get()) {
             let more = self
                 .streams
@@ -184,7 +203,7 @@ impl Merge {
 
     /// Steps until the merge needs more input or is done; the entries emitted and the step that
     /// stopped it (`Need` or `Done`).
-    pub fn drain(&mut self) -> (Vec<IndexEntry>, MergeStep) {
+    pub fn drain(&mut self) -> (Vec<E>, MergeStep<E>) {
         let mut out = Vec::new();
         loop {
             match self.step() {
@@ -192,6 +211,16 @@ impl Merge {
                 other => return (out, other),
             }
         }
+    }
+
+    /// Whether the next step is `Done`: `max_results` emitted, or every stream ended and
+    /// merged.
+    pub fn finished(&self) -> bool {
+        self.max_results.is_some_and(|m| self.emitted >= m.get())
+            || self
+                .streams
+                .iter()
+                .all(|s| s.ended && s.buffered.is_empty())
     }
 
     /// Entries emitted so far.
@@ -297,9 +326,16 @@ mod tests {
         assert_eq!(m.step(), MergeStep::Need(vec![1]));
         m.end(1).unwrap();
         assert_eq!(m.drain(), (vec![e("a", "5")], MergeStep::Need(vec![0])));
+        assert!(!m.finished());
         m.end(0).unwrap();
+        assert!(m.finished());
         assert_eq!(m.step(), MergeStep::Done { continuation: None });
         // At the limit with streams still open, a continuation is given even if nothing follows.
+        let mut m = Merge::new(1, None, max(1));
+        m.push(0, [e("", "k")]).unwrap();
+        assert!(!m.finished());
+        assert_eq!(m.step(), MergeStep::Entry(e("", "k")));
+        assert!(m.finished(), "max_results emitted");
         let mut m = Merge::new(1, None, max(1));
         m.push(0, [e("", "k")]).unwrap();
         assert_eq!(
@@ -342,6 +378,50 @@ mod tests {
         assert_eq!(
             m.push(1, [e("z", "z")]),
             Err(MergeError::AfterEnd { source_index: 1 })
+        );
+    }
+
+    #[test]
+    fn an_added_stream_takes_over_from_an_ended_one() {
+        // Stream 0 stops (its member died) after sending b/1 and b/3; what it had buffered is
+        // still merged, and the stand-in resumes after b/3.
+        let mut m = Merge::new(2, None, None);
+        m.push(0, [e("b", "1"), e("b", "3")]).unwrap();
+        m.push(1, [e("a", "0"), e("c", "0")]).unwrap();
+        assert_eq!(m.step(), MergeStep::Entry(e("a", "0")));
+        m.end(0).unwrap();
+        let s = m.add_stream();
+        assert_eq!((s, m.streams()), (2, 3));
+        assert_eq!(
+            m.drain(),
+            (vec![], MergeStep::Need(vec![2])),
+            "waits for the stand-in"
+        );
+        m.push(s, [e("b", "4")]).unwrap();
+        m.end(s).unwrap();
+        let (out, next) = m.drain();
+        assert_eq!(
+            keys(&out),
+            ["b/1", "b/3", "b/4", "c/0"],
+            "the buffered entries, then the stand-in's"
+        );
+        assert_eq!(next, MergeStep::Need(vec![1]));
+    }
+
+    #[test]
+    fn any_ordered_entry_type_merges() {
+        let mut m: Merge<(i64, &str)> = Merge::new(2, Some((-5, "z")), None);
+        m.push(0, [(-10, "a"), (-2, "b"), (7, "c")]).unwrap();
+        m.push(1, [(-3, "x")]).unwrap();
+        m.end(0).unwrap();
+        m.end(1).unwrap();
+        assert_eq!(
+            m.drain(),
+            (
+                vec![(-3, "x"), (-2, "b"), (7, "c")],
+                MergeStep::Done { continuation: None }
+            ),
+            "numeric order, below the continuation dropped"
         );
     }
 

@@ -86,8 +86,10 @@ impl Coordinator {
         Ok((view, plan))
     }
 
-    /// A page of one plan vnode's live keys after `after` (scanning at most `limit`), and the
-    /// last key scanned when the vnode has more.
+    /// A page of one plan vnode's live keys after `after` (scanning at most `limit`), the last
+    /// key scanned when the vnode has more, and the snapshot the vnode holds for the next page
+    /// (`snapshot`: the one it returned last time, 0 for the first page).
+    #[allow(clippy::too_many_arguments)]
     pub async fn fold_keys_page(
         self: &Arc<Self>,
         view: &ClusterView,
@@ -95,6 +97,7 @@ impl Coordinator {
         bucket: Vec<u8>,
         after: Vec<u8>,
         limit: u32,
+        snapshot: u64,
         deadline: Instant,
     ) -> Result<crate::replica::KeysPageOut, Status> {
         let t = target_of(cv);
@@ -105,7 +108,7 @@ impl Coordinator {
             return self
                 .replicas
                 .call(p, deadline, move |r| {
-                    r.fold_keys_page(p, &bucket, &after, lim, &filter)
+                    r.fold_keys_page(p, &bucket, &after, lim, &filter, snapshot)
                 })
                 .await;
         }
@@ -116,24 +119,28 @@ impl Coordinator {
             after,
             limit,
             key_partitions: filter,
+            snapshot,
         });
         req.set_timeout(remaining(deadline));
         let r = self.observed(&t, client.fold_keys(req).await)?;
-        Ok((r.keys, (!r.last.is_empty()).then_some(r.last)))
+        Ok((r.keys, (!r.last.is_empty()).then_some(r.last), r.snapshot))
     }
 
-    /// A page of one plan vnode's index entries after `after` (scanning at most `limit`).
+    /// A page of one plan vnode's index entries after `after` (scanning at most `q.limit`), on
+    /// the snapshot it holds as `snapshot` (0: a new one); as [`Self::fold_keys_page`].
     pub async fn index_page(
         self: &Arc<Self>,
         view: &ClusterView,
         cv: &CoverageVnode,
         q: &pb::IndexPageRequest,
         after: Option<&(Term, Vec<u8>)>,
+        snapshot: u64,
         deadline: Instant,
     ) -> Result<IndexPageOut, Status> {
         let t = target_of(cv);
         let mut q = q.clone();
         q.partition = cv.vnode;
+        q.snapshot = snapshot;
         q.key_partitions = filter_of(cv);
         q.after = after.cloned().map(entry_pb);
         if self.is_local(&t) {
@@ -144,7 +151,14 @@ impl Coordinator {
             return self
                 .replicas
                 .call(p, deadline, move |r| {
-                    r.index_page(p, &query, after.as_ref(), lim, &q.key_partitions)
+                    r.index_page(
+                        p,
+                        &query,
+                        after.as_ref(),
+                        lim,
+                        &q.key_partitions,
+                        q.snapshot,
+                    )
                 })
                 .await;
         }
@@ -157,6 +171,35 @@ impl Coordinator {
             .into_iter()
             .map(entry_of)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((results, r.last.map(entry_of).transpose()?))
+        Ok((results, r.last.map(entry_of).transpose()?, r.snapshot))
+    }
+
+    /// Let go of the snapshots plan vnodes still hold for a query that stopped before they ran
+    /// out (best effort: a member that does not answer drops them when they go idle).
+    pub async fn release_snapshots(
+        self: &Arc<Self>,
+        view: &ClusterView,
+        held: &[(CoverageVnode, u64)],
+    ) {
+        let mut remote: std::collections::BTreeMap<&str, (_, Vec<u64>)> = Default::default();
+        for (cv, id) in held.iter().filter(|(_, id)| *id != 0) {
+            let t = target_of(cv);
+            if self.is_local(&t) {
+                self.replicas.held.release(*id);
+            } else if let Ok(m) = self.member(view, &t) {
+                remote
+                    .entry(cv.node.as_str())
+                    .or_insert((m, Vec::new()))
+                    .1
+                    .push(*id);
+            }
+        }
+        for (member, snapshots) in remote.into_values() {
+            if let Ok(mut client) = self.peers.client(member) {
+                let mut req = tonic::Request::new(pb::ReleaseSnapshotsRequest { snapshots });
+                req.set_timeout(std::time::Duration::from_secs(2));
+                let _ = client.release_snapshots(req).await;
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod coverage;
 pub mod get;
+pub mod index_query;
 pub mod put;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,9 @@ use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::replica::{object_of, MergeMode, Replicas, Stored};
 use crate::vnodes::Vnodes;
+
+/// How many times a coverage query replaces the vnodes of members that died under it.
+pub(crate) const MAX_REPLANS: u32 = 4;
 
 pub struct Coordinator {
     pub vnodes: Arc<Vnodes>,

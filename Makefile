@@ -15,7 +15,7 @@ CRASH_KILLS ?= 50
 export CGO_ENABLED := 0
 export GOFLAGS := -trimpath $(filter-out -trimpath,$(GOFLAGS))
 
-.PHONY: all deps sys-deps build test demo cluster-demo bench-cluster demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
+.PHONY: all deps sys-deps build test demo cluster-demo bench-cluster bench-node-anchor demo-engine lint fmt bench-engine bench-maintenance bench-open crash-soak \
         manifests engine-test operator-test terraform-test clean
 
 # Cargo's output lives in ~/.cache/levee/cargo/<checkout>, linked as engine/target (hack/cargo-target.sh),
@@ -86,6 +86,15 @@ cluster-demo: deps
 bench-cluster: deps
 	cd $(ENGINE) && $(CARGO) build --release -p levee-node -p levee-bench
 	hack/cluster-bench.sh
+
+## bench-node-anchor: the node path against a bare tonic server answering levee.v1.KV from memory
+## (levee-bench anchor), same grpc client and scenario back to back; ANCHOR_SCENARIO, ANCHOR_ARGS,
+## NODE_ARGS (e.g. NODE_ARGS="--n-val 1")
+ANCHOR_SCENARIO ?= e2e/scenarios/8k_nosync.toml
+ANCHOR_ARGS ?= --duration 60s
+bench-node-anchor: deps
+	cd $(ENGINE) && $(CARGO) build --release -p levee-node -p levee-bench
+	e2e/scenarios/node-anchor.sh $(ANCHOR_SCENARIO) $(ANCHOR_ARGS)
 
 ## demo-engine: open a store in a temp dir and run a seed-like workload (8 KB values, pareto keys, 5 GET : 1 UPDATE)
 DEMO_SECS ?= 30

@@ -57,6 +57,17 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
+    /// Serve the node-path anchor: `levee.v1.KV` answered from memory by a bare tonic server with
+    /// `levee serve`'s transport settings, for `run --driver grpc --address` to load next to a
+    /// node (docs/benchmarks.md, "A levee node over gRPC"). Runs until stopped.
+    Anchor {
+        /// Address to listen on (port 0: any free port; the line printed says which).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Runtime worker threads (`levee serve` uses one per core).
+        #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+        threads: usize,
+    },
     /// Draw several runs side by side and print a markdown table of ratios to the first.
     Compare {
         /// Run directories; every ratio is to the first.
@@ -106,6 +117,7 @@ fn clear_run_dir(out: &std::path::Path, force: bool) -> Result<()> {
 
 fn main() -> Result<()> {
     match Args::parse().cmd {
+        Cmd::Anchor { listen, threads } => levee_bench::anchor::serve(listen, threads)?,
         Cmd::Run {
             scenario,
             out,

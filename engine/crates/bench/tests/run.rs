@@ -432,6 +432,30 @@ fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
 /// `cargo test --workspace` has just built, so no second cargo runs inside the test), otherwise
 /// built by this test with the test's own profile and target directory (`target/<profile>/levee`),
 /// so `cargo test -p levee-bench` needs no earlier build.
+/// A server process (node or anchor), killed however the test ends so a failed assertion does not
+/// leave it running.
+struct KillOnDrop(std::process::Child);
+
+impl KillOnDrop {
+    /// Start `cmd`; the process and the first line it printed (its address is in it).
+    fn start(cmd: &mut std::process::Command) -> (KillOnDrop, String) {
+        use std::io::BufRead;
+        let mut p = KillOnDrop(cmd.stdout(std::process::Stdio::piped()).spawn().unwrap());
+        let mut line = String::new();
+        std::io::BufReader::new(p.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (p, line)
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn levee_binary() -> std::path::PathBuf {
     if let Some(bin) = std::env::var_os("LEVEE_NODE_BIN") {
         let bin = std::path::PathBuf::from(bin);
@@ -490,17 +514,8 @@ fn levee_binary() -> std::path::PathBuf {
 
 #[test]
 fn grpc_driver_loads_a_running_levee_node() {
-    use std::io::BufRead;
     let node_dir = tempfile::tempdir().unwrap();
-    /// Kills the node however the test ends, so a failed assertion does not leave it running.
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut node = KillOnDrop(
+    let (node, line) = KillOnDrop::start(
         std::process::Command::new(levee_binary())
             .args([
                 "serve",
@@ -511,15 +526,8 @@ fn grpc_driver_loads_a_running_levee_node() {
             ])
             .args(["--ring-size", "8", "--data-dir"])
             .arg(node_dir.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stderr(std::process::Stdio::null()),
     );
-    let mut line = String::new();
-    std::io::BufReader::new(node.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
     let addr = line
         .split("gRPC on ")
         .nth(1)
@@ -563,6 +571,51 @@ fn grpc_driver_loads_a_running_levee_node() {
         }
     }
     assert!(bytes > 500 * 4096, "node data dir holds only {bytes} bytes");
+}
+
+/// The node-path anchor answers the grpc driver from memory: what is put is found, what is not
+/// is not, and a scenario of every KV operation runs on it without errors.
+#[test]
+fn grpc_driver_loads_the_anchor() {
+    let (_anchor, line) = KillOnDrop::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_levee-bench")).args([
+            "anchor",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+        ]),
+    );
+    let addr = line
+        .strip_prefix("anchor listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .trim()
+        .to_string();
+    let s = scenario_with(
+        "grpc",
+        r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1]]"#,
+        &format!("address = \"http://{addr}\""),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let d = drivers::open(&s, data.path()).unwrap();
+    d.put(b"anchor-key", b"value", &[]).unwrap();
+    assert!(d.get(b"anchor-key").unwrap(), "a put key is found");
+    assert!(d.head(b"anchor-key").unwrap());
+    assert!(!d.get(b"never-put").unwrap(), "an absent key is not");
+    d.delete(b"anchor-key").unwrap();
+    assert!(!d.get(b"anchor-key").unwrap(), "a deleted key is gone");
+    drop(d);
+    let out = tempfile::tempdir().unwrap();
+    let files = [
+        "delete_latencies.csv",
+        "get_latencies.csv",
+        "head_latencies.csv",
+        "index-query_latencies.csv",
+        "put_latencies.csv",
+        "update_latencies.csv",
+    ];
+    let r = run_and_check(&s, out.path(), &files);
+    assert_eq!(r.failed, 0);
 }
 
 /// `--out` names a directory that is not an earlier run: refused, and nothing in it is touched.

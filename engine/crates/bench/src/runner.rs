@@ -63,27 +63,22 @@ pub struct RunResult {
     pub device_bytes_written: u64,
 }
 
+/// Bytes this process caused to be written to the device (`write_bytes` of /proc/self/io).
 fn proc_io_write_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("write_bytes: ")
-                    .and_then(|v| v.trim().parse().ok())
-            })
-        })
-        .unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|p| p.io())
+        .map_or(0, |io| io.write_bytes)
 }
 
+/// Resident bytes and CPU seconds (user + system) of this process, with the kernel's page size
+/// and clock tick rather than assumed ones.
 fn rss_and_cpu() -> (u64, f64) {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let tick = 100.0; // USER_HZ on Linux
-    let cpu = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick
-        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
-    let rss = f.get(21).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4096;
-    (rss, cpu)
+    let Ok(stat) = procfs::process::Process::myself().and_then(|p| p.stat()) else {
+        return (0, 0.0);
+    };
+    let tick = procfs::ticks_per_second() as f64;
+    let cpu = (stat.utime + stat.stime) as f64 / tick;
+    (stat.rss * procfs::page_size(), cpu)
 }
 
 fn dir_bytes(p: &Path) -> u64 {

@@ -178,6 +178,11 @@ fn run_and_check(s: &Scenario, out: &Path, files: &[&str]) -> runner::RunResult 
         s.driver
     );
     assert!(res.iter().all(|r| r[4] > 0.0), "{}: RSS missing", s.driver);
+    assert!(
+        res.last().unwrap()[5] > 0.0,
+        "{}: no CPU seconds counted",
+        s.driver
+    );
     let png = charts::summary_png(out).unwrap();
     assert_eq!(png_size(&png), (charts::WIDTH, charts::PANEL_HEIGHT * 5));
     r

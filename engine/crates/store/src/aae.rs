@@ -56,15 +56,123 @@ pub struct AaeKeyHash {
     pub hash: u32,
 }
 
+/// Leaves allocated on demand: `CHUNK` leaves at a time.
+const CHUNK: usize = 256;
+
+/// A tree's leaves, held a chunk of [`CHUNK`] leaves (1 KiB) at a time: a chunk no write ever
+/// touched holds no memory and reads as zeros. An empty tree holds nothing; the first key
+/// allocates the chunk table (8 bytes per chunk: 32 KiB at the default 1 Mi segments), and the
+/// tree grows with the keys it holds to at most `4 × segments` bytes plus that table once every
+/// chunk holds a key. What a tree answers (leaves, branches, root, diffs, the tree file) does not
+/// depend on which chunks are allocated.
+#[derive(Debug, Clone)]
+pub(crate) struct Leaves {
+    segments: u32,
+    /// Empty until the first non-zero XOR, then one entry per chunk. The last chunk may reach
+    /// past `segments`; its leaves there are never written and stay zero.
+    chunks: Vec<Option<Box<[u32; CHUNK]>>>,
+}
+
+impl Leaves {
+    pub(crate) fn new(segments: u32) -> Self {
+        Leaves {
+            segments,
+            chunks: Vec::new(),
+        }
+    }
+
+    pub(crate) fn segments(&self) -> u32 {
+        self.segments
+    }
+
+    fn chunk(&self, i: usize) -> Option<&[u32; CHUNK]> {
+        self.chunks.get(i).and_then(|c| c.as_deref())
+    }
+
+    pub(crate) fn get(&self, segment: u32) -> u32 {
+        let s = segment as usize;
+        self.chunk(s / CHUNK).map_or(0, |c| c[s % CHUNK])
+    }
+
+    /// XOR `delta` into `segment`, allocating its chunk if it is the first non-zero XOR there.
+    pub(crate) fn xor(&mut self, segment: u32, delta: u32) {
+        assert!(
+            segment < self.segments,
+            "AAE segment {segment} of {}",
+            self.segments
+        );
+        if delta == 0 {
+            return;
+        }
+        if self.chunks.is_empty() {
+            self.chunks
+                .resize_with((self.segments as usize).div_ceil(CHUNK), || None);
+        }
+        let s = segment as usize;
+        let c = self.chunks[s / CHUNK].get_or_insert_with(|| Box::new([0; CHUNK]));
+        c[s % CHUNK] ^= delta;
+    }
+
+    /// XOR every leaf of `other` (of the same size) into this one.
+    pub(crate) fn xor_all(&mut self, other: &Leaves) {
+        for (s, d) in other.allocated() {
+            self.xor(s as u32, d);
+        }
+    }
+
+    /// (segment, leaf) of every leaf in an allocated chunk, in order (the others are zero).
+    fn allocated(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let n = self.segments as usize;
+        self.chunks.iter().enumerate().flat_map(move |(i, c)| {
+            c.iter().flat_map(move |c| {
+                let end = CHUNK.min(n - i * CHUNK);
+                c[..end]
+                    .iter()
+                    .enumerate()
+                    .map(move |(j, l)| (i * CHUNK + j, *l))
+            })
+        })
+    }
+
+    /// Every leaf in order, zeros included.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.segments).map(|s| self.get(s))
+    }
+
+    /// Bytes of memory the leaves hold (the chunk table and the allocated chunks).
+    #[cfg(test)]
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.chunks.len() * std::mem::size_of::<Option<Box<[u32; CHUNK]>>>()
+            + self.chunks.iter().flatten().count() * CHUNK * 4
+    }
+}
+
+/// Equal when every leaf is: an allocated chunk of zeros equals one never allocated.
+impl PartialEq for Leaves {
+    fn eq(&self, other: &Self) -> bool {
+        let zero = |c: &[u32; CHUNK]| c.iter().all(|l| *l == 0);
+        self.segments == other.segments
+            && (0..self.chunks.len().max(other.chunks.len())).all(|i| {
+                match (self.chunk(i), other.chunk(i)) {
+                    (Some(a), Some(b)) => a == b,
+                    (Some(c), None) | (None, Some(c)) => zero(c),
+                    (None, None) => true,
+                }
+            })
+    }
+}
+
+impl Eq for Leaves {}
+
 /// A copy of a store's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AaeTree {
-    leaves: Vec<u32>,
+    leaves: Leaves,
     branch_width: u32,
 }
 
 impl AaeTree {
-    pub(crate) fn new(leaves: Vec<u32>, branch_width: u32) -> Self {
+    pub(crate) fn new(leaves: Leaves, branch_width: u32) -> Self {
         AaeTree {
             leaves,
             branch_width,
@@ -73,35 +181,48 @@ impl AaeTree {
 
     /// XOR of every leaf.
     pub fn root(&self) -> u32 {
-        self.leaves.iter().fold(0, |a, b| a ^ b)
+        self.leaves.allocated().fold(0, |a, (_, l)| a ^ l)
     }
 
     /// One value per branch: the XOR of its leaves.
     pub fn branches(&self) -> Vec<u32> {
-        self.leaves
-            .chunks(self.branch_width as usize)
-            .map(|c| c.iter().fold(0, |a, b| a ^ b))
-            .collect()
+        let w = self.branch_width.max(1) as usize;
+        let mut out = vec![0; (self.leaves.segments as usize).div_ceil(w)];
+        for (s, l) in self.leaves.allocated() {
+            out[s / w] ^= l;
+        }
+        out
     }
 
-    pub fn leaves(&self) -> &[u32] {
-        &self.leaves
+    /// The leaf of `segment` (0 beyond the tree).
+    pub fn leaf(&self, segment: u32) -> u32 {
+        if segment < self.leaves.segments {
+            self.leaves.get(segment)
+        } else {
+            0
+        }
+    }
+
+    /// Every leaf, in segment order (`segment_count` values: 4 bytes each).
+    pub fn leaves(&self) -> Vec<u32> {
+        self.leaves.iter().collect()
     }
 
     pub fn segment_count(&self) -> u32 {
-        self.leaves.len() as u32
+        self.leaves.segments
     }
 
     /// Segments whose leaves differ, found branch first.
     pub fn diff_segments(&self, other: &AaeTree) -> Vec<u32> {
-        let w = self.branch_width as usize;
+        let w = self.branch_width.max(1);
         let (mine, theirs) = (self.branches(), other.branches());
         let mut out = Vec::new();
         for (b, (x, y)) in mine.iter().zip(theirs.iter()).enumerate() {
             if x != y {
-                for s in b * w..((b + 1) * w).min(self.leaves.len()) {
-                    if self.leaves[s] != other.leaves.get(s).copied().unwrap_or(0) {
-                        out.push(s as u32);
+                let b = b as u32;
+                for s in b * w..((b + 1) * w).min(self.segment_count()) {
+                    if self.leaf(s) != other.leaf(s) {
+                        out.push(s);
                     }
                 }
             }
@@ -112,9 +233,9 @@ impl AaeTree {
 
 /// The live tree and, during a rebuild, the changes made since the rebuild's snapshot.
 pub(crate) struct AaeState {
-    pub leaves: Vec<u32>,
+    pub leaves: Leaves,
     pub branch_width: u32,
-    pub rebuild_delta: Option<Vec<u32>>,
+    pub rebuild_delta: Option<Leaves>,
     /// Why the tree cannot be served (being rebuilt after an unclean shutdown, or that rebuild
     /// failed); `None` when it is current.
     pub unavailable: Option<String>,
@@ -130,7 +251,7 @@ const TREE_VERSION: u32 = 2;
 impl AaeState {
     pub(crate) fn new(segments: u32, branch_width: u32) -> Self {
         AaeState {
-            leaves: vec![0; segments as usize],
+            leaves: Leaves::new(segments),
             branch_width,
             rebuild_delta: None,
             unavailable: None,
@@ -139,14 +260,14 @@ impl AaeState {
 
     /// The tree file for a store whose last SQN is `sqn`.
     pub(crate) fn encode(&self, sqn: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(28 + self.leaves.len() * 4);
+        let mut out = Vec::with_capacity(28 + self.leaves.segments() as usize * 4);
         out.extend_from_slice(TREE_MAGIC);
         crate::codec::put_u32(&mut out, TREE_VERSION);
-        crate::codec::put_u32(&mut out, self.leaves.len() as u32);
+        crate::codec::put_u32(&mut out, self.leaves.segments());
         crate::codec::put_u32(&mut out, self.branch_width);
         crate::codec::put_u64(&mut out, sqn);
-        for l in &self.leaves {
-            crate::codec::put_u32(&mut out, *l);
+        for l in self.leaves.iter() {
+            crate::codec::put_u32(&mut out, l);
         }
         crate::codec::seal(&mut out, 0);
         out
@@ -168,25 +289,23 @@ impl AaeState {
                 "AAE tree file has {n} segments of width {w}; the config asks for {segments}/{width}"
             )));
         }
-        let mut leaves = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            leaves.push(r.u32()?);
+        let mut st = AaeState::new(segments, width);
+        for s in 0..n {
+            st.leaves.xor(s, r.u32()?);
         }
         r.expect_end()?;
-        let mut st = AaeState::new(segments, width);
-        st.leaves = leaves;
         Ok((sqn, st))
     }
 
     pub(crate) fn segments(&self) -> u32 {
-        self.leaves.len() as u32
+        self.leaves.segments()
     }
 
     /// Apply a write: XOR `delta` into `segment` of the live tree and of a running rebuild.
     pub(crate) fn xor(&mut self, segment: u32, delta: u32) {
-        self.leaves[segment as usize] ^= delta;
+        self.leaves.xor(segment, delta);
         if let Some(d) = &mut self.rebuild_delta {
-            d[segment as usize] ^= delta;
+            d.xor(segment, delta);
         }
     }
 }
@@ -213,6 +332,113 @@ mod tests {
             same += usize::from(a == b) + usize::from(a == other_key);
         }
         assert!(same <= 1, "{same} of 2000 pairs hashed alike");
+    }
+
+    /// The tree as it was before leaves were allocated by chunk: one dense vector, with the
+    /// branch, root and diff rules written out again. The chunked tree must answer the same.
+    struct Dense {
+        leaves: Vec<u32>,
+        width: usize,
+    }
+
+    impl Dense {
+        fn branches(&self) -> Vec<u32> {
+            let xor = |c: &[u32]| c.iter().fold(0, |a, b| a ^ b);
+            self.leaves.chunks(self.width).map(xor).collect()
+        }
+
+        fn diff(&self, other: &Dense) -> Vec<u32> {
+            let (mine, theirs) = (self.branches(), other.branches());
+            let mut out = Vec::new();
+            for (b, _) in mine
+                .iter()
+                .zip(&theirs)
+                .enumerate()
+                .filter(|(_, (x, y))| x != y)
+            {
+                for s in b * self.width..((b + 1) * self.width).min(self.leaves.len()) {
+                    if self.leaves[s] != other.leaves[s] {
+                        out.push(s as u32);
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    fn both(segments: u32, width: u32, xors: &[(u32, u32)]) -> (AaeState, Dense) {
+        let mut lazy = AaeState::new(segments, width);
+        let mut dense = Dense {
+            leaves: vec![0; segments as usize],
+            width: width as usize,
+        };
+        for &(s, d) in xors {
+            lazy.xor(s % segments, d);
+            dense.leaves[(s % segments) as usize] ^= d;
+        }
+        (lazy, dense)
+    }
+
+    proptest::proptest! {
+        /// Chunked and dense trees give the same leaves, branches, root, diffs and tree file for
+        /// any sequence of XORs (some undoing earlier ones, so allocated chunks return to zero),
+        /// at shapes whose branches are narrower, equal to and wider than a chunk, and a segment
+        /// count that is not a multiple of the chunk.
+        #[test]
+        fn chunked_tree_answers_as_the_dense_one(
+            shape in proptest::sample::select(vec![(4096u32, 256u32), (4096, 64), (2048, 1024), (1000, 1), (1000, 8)]),
+            xa in proptest::collection::vec((0u32..5000, proptest::prelude::any::<u32>()), 0..300),
+            xb in proptest::collection::vec((0u32..5000, proptest::prelude::any::<u32>()), 0..30),
+            undo in 0usize..300,
+        ) {
+            let (n, w) = shape;
+            // b starts as a, undoes some of a's XORs, then takes its own.
+            let undo = undo.min(xa.len());
+            let xb: Vec<_> = xa.iter().chain(&xa[..undo]).chain(&xb).copied().collect();
+            let (la, da) = both(n, w, &xa);
+            let (lb, db) = both(n, w, &xb);
+            let (ta, tb) = (AaeTree::new(la.leaves.clone(), w), AaeTree::new(lb.leaves.clone(), w));
+            proptest::prop_assert_eq!(ta.leaves(), da.leaves.clone());
+            proptest::prop_assert_eq!(ta.branches(), da.branches());
+            proptest::prop_assert_eq!(tb.branches(), db.branches());
+            proptest::prop_assert_eq!(ta.root(), da.leaves.iter().fold(0, |a, b| a ^ b));
+            proptest::prop_assert_eq!(ta.diff_segments(&tb), da.diff(&db));
+            proptest::prop_assert_eq!(tb.diff_segments(&ta), db.diff(&da));
+            proptest::prop_assert_eq!(ta == tb, da.leaves == db.leaves);
+            // The file holds every leaf, as the dense tree wrote it, and reads back equal.
+            let file = la.encode(7);
+            let mut dense_file = Vec::new();
+            for l in &da.leaves {
+                crate::codec::put_u32(&mut dense_file, *l);
+            }
+            proptest::prop_assert_eq!(&file[24..24 + dense_file.len()], &dense_file[..]);
+            let (sqn, back) = AaeState::decode(&file, n, w).unwrap();
+            proptest::prop_assert_eq!(sqn, 7);
+            proptest::prop_assert!(back.leaves == la.leaves);
+            // A rebuild's delta folded in: the XOR of both trees, leaf by leaf.
+            let mut sum = la.leaves.clone();
+            sum.xor_all(&lb.leaves);
+            let want: Vec<u32> = da.leaves.iter().zip(&db.leaves).map(|(a, b)| a ^ b).collect();
+            proptest::prop_assert_eq!(AaeTree::new(sum, w).leaves(), want);
+        }
+    }
+
+    /// A fresh tree holds nothing; a key allocates the chunk table and one chunk, not the tree.
+    #[test]
+    fn a_fresh_tree_holds_no_leaves() {
+        let mut st = AaeState::new(DEFAULT_SEGMENTS, DEFAULT_BRANCH_WIDTH);
+        assert_eq!(st.leaves.memory_bytes(), 0);
+        st.xor(segment_of(b"b", b"k", DEFAULT_SEGMENTS), 0xdead_beef);
+        let table = 4096 * 8; // the chunk table of 1 Mi segments
+        assert_eq!(st.leaves.memory_bytes(), table + CHUNK * 4);
+        for s in 0..DEFAULT_SEGMENTS {
+            st.xor(s, 1);
+        }
+        assert_eq!(
+            st.leaves.memory_bytes(),
+            table + DEFAULT_SEGMENTS as usize * 4,
+            "a full tree: 4 MiB of leaves and the table"
+        );
     }
 
     #[test]

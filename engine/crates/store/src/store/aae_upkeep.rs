@@ -123,10 +123,10 @@ impl Inner {
             if a.rebuild_delta.is_some() {
                 return Err(Error::Busy("an AAE rebuild is already running".into()));
             }
-            a.rebuild_delta = Some(vec![0; a.segments() as usize]);
+            a.rebuild_delta = Some(aae::Leaves::new(a.segments()));
             (self.view_locked(), a.segments(), a.branch_width)
         };
-        let built = (|| -> Result<Vec<u32>> {
+        let built = (|| -> Result<aae::Leaves> {
             let snap = SnapInner::new(view, self.cfg.snapshot_fold_lifetime);
             let s = Snapshot {
                 inner: snap,
@@ -137,23 +137,25 @@ impl Inner {
                 journal_check,
                 ..HeadFoldOptions::default()
             };
-            let mut leaves = vec![0u32; segments as usize];
+            let mut leaves = aae::Leaves::new(segments);
             for (n, h) in s.fold_heads(&opts)?.enumerate() {
                 if n % 4096 == 0 && self.closed.load(Ordering::Acquire) {
                     return Err(Error::Closed);
                 }
                 let h = h?;
-                leaves[aae::segment_of(&h.bucket, &h.key, segments) as usize] ^=
-                    aae::leaf_hash(&h.bucket, &h.key, &h.head.metadata);
+                leaves.xor(
+                    aae::segment_of(&h.bucket, &h.key, segments),
+                    aae::leaf_hash(&h.bucket, &h.key, &h.head.metadata),
+                );
             }
             Ok(leaves)
         })();
         let _w = self.write.lock();
         let mut a = aae.lock();
-        let delta = a.rebuild_delta.take().unwrap_or_default();
+        let delta = a.rebuild_delta.take();
         let mut leaves = built?;
-        for (l, d) in leaves.iter_mut().zip(delta) {
-            *l ^= d;
+        if let Some(d) = delta {
+            leaves.xor_all(&d);
         }
         a.leaves = leaves;
         a.branch_width = width;

@@ -4,9 +4,24 @@
 use super::*;
 
 impl Inner {
+    /// Ask the ledger worker to look for work: wake it, or start it if it is not running. `bg`
+    /// is the caller's guard of `self.bg`. `false` if a thread was needed and could not be
+    /// started. No worker starts once the store is shutting down or its worker failed.
+    pub(super) fn wake_worker(&self, bg: &mut Bg) -> bool {
+        bg.wakes += 1;
+        if bg.worker_running || bg.shutdown || bg.abandon || bg.error.is_some() {
+            self.bg_cv.notify_all();
+            return true;
+        }
+        bg.worker_running = self.start_thread("levee-ledger", Inner::worker, &self.worker_thread);
+        bg.worker_running
+    }
+
     pub(super) fn worker(self: Arc<Self>) {
+        let mut idle_since: Option<Instant> = None;
         loop {
-            self.reap_snapshots();
+            let wakes = self.bg.lock().wakes;
+            let live_snapshots = self.reap_snapshots();
             let (shutdown, abandon) = {
                 let bg = self.bg.lock();
                 (bg.shutdown, bg.abandon)
@@ -34,11 +49,22 @@ impl Inner {
             let mut bg = self.bg.lock();
             match step {
                 Ok(true) => {
+                    idle_since = None;
                     self.done_cv.notify_all();
                 }
                 Ok(false) => {
                     self.done_cv.notify_all();
                     if !bg.shutdown {
+                        // Nothing found since `wakes` was read, no snapshot to expire: after
+                        // IDLE_THREAD_EXIT of that the thread goes (the next wake starts one).
+                        let idle = idle_since.get_or_insert_with(Instant::now);
+                        if live_snapshots == 0
+                            && bg.wakes == wakes
+                            && idle.elapsed() >= IDLE_THREAD_EXIT
+                        {
+                            bg.worker_running = false;
+                            return;
+                        }
                         self.bg_cv.wait_for(bg.raw(), Duration::from_millis(200));
                     }
                 }

@@ -131,7 +131,16 @@ struct SyncState {
     /// An fdatasync failed: the page cache may have dropped the data, so no later sync can be
     /// trusted to cover it. Writers get this error until the store is reopened.
     failed: Option<String>,
+    /// A syncer thread is running (or starting). It is started by the first request after it
+    /// stopped and stops once nothing was requested for `IDLE_THREAD_EXIT`; both change this
+    /// under the `sync` lock, so a request either finds the syncer running (and wakes it) or
+    /// starts one.
+    syncer_running: bool,
 }
+
+/// How long a store's background threads (the syncer, the ledger worker) wait for work before
+/// they exit; the next request starts them again. An idle vnode holds no thread.
+pub(crate) const IDLE_THREAD_EXIT: Duration = Duration::from_secs(10);
 
 struct Bg {
     /// A merge met a damaged table: merges stop (flushes go on) until a reopen.
@@ -141,9 +150,23 @@ struct Bg {
     abandon: bool,
     error: Option<String>,
     cursors: Vec<Vec<u8>>,
+    /// The ledger worker is running (or starting). Like the syncer it is started on demand
+    /// (`Inner::wake_worker`) and exits after `IDLE_THREAD_EXIT` with nothing to do; both
+    /// change this under the `bg` lock.
+    worker_running: bool,
+    /// Counts the wake-ups asked for: a worker that sees it move since it last looked for work
+    /// looks again instead of exiting, so no frozen memtable or new snapshot waits for a worker
+    /// that decided to stop.
+    wakes: u64,
 }
 
 struct Inner {
+    /// This store's own `Arc`, for the threads it starts on demand.
+    me: std::sync::Weak<Inner>,
+    /// The running (or last) syncer thread, joined at close.
+    syncer_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The running (or last) ledger worker thread, joined at close.
+    worker_thread: Mutex<Option<JoinHandle<()>>>,
     disk: Disk,
     dir: PathBuf,
     ledger_dir: PathBuf,
@@ -186,8 +209,6 @@ struct Inner {
 /// from many threads at once.
 pub struct Store {
     inner: Arc<Inner>,
-    worker: Mutex<Option<JoinHandle<()>>>,
-    syncer: Mutex<Option<JoinHandle<()>>>,
     scheduler: Mutex<Option<JoinHandle<()>>>,
     /// Rebuilds the AAE tree in the background after an open that found no current tree file.
     aae_builder: Mutex<Option<JoinHandle<()>>>,
@@ -328,7 +349,7 @@ impl Store {
             if Instant::now() >= deadline {
                 return Ok(false);
             }
-            i.bg_cv.notify_all();
+            i.wake_worker(&mut bg);
             i.done_cv.wait_for(bg.raw(), Duration::from_millis(50));
         }
     }
@@ -452,6 +473,33 @@ impl Drop for Store {
 }
 
 impl Inner {
+    /// Start one of the store's on-demand threads (`run` on this store) and keep its handle in
+    /// `slot` for close to join; the thread it replaces has returned already. `false` if no
+    /// thread could be started.
+    fn start_thread(
+        &self,
+        name: &str,
+        run: fn(Arc<Inner>),
+        slot: &Mutex<Option<JoinHandle<()>>>,
+    ) -> bool {
+        let Some(me) = self.me.upgrade() else {
+            return false;
+        };
+        match std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || run(me))
+        {
+            Ok(h) => {
+                *slot.lock() = Some(h);
+                true
+            }
+            Err(e) => {
+                log::error!("starting {name}: {e}");
+                false
+            }
+        }
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

@@ -304,7 +304,10 @@ impl Store {
         let active_journal = Ranked::mutex(Rank::ActiveJournal, writer.file.clone());
 
         let persisted_floor = manifest::persisted_floor(&*disk, &dir)?;
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
+            syncer_thread: Mutex::new(None),
+            worker_thread: Mutex::new(None),
             disk,
             dir,
             ledger_dir,
@@ -354,6 +357,7 @@ impl Store {
                     requested: max_sqn,
                     shutdown: false,
                     failed: None,
+                    syncer_running: false,
                 },
             ),
             sync_cv: Condvar::new(),
@@ -366,6 +370,8 @@ impl Store {
                     abandon: false,
                     error: None,
                     cursors: vec![Vec::new(); NUM_LEVELS],
+                    worker_running: false,
+                    wakes: 0,
                 },
             ),
             bg_cv: Condvar::new(),
@@ -380,11 +386,13 @@ impl Store {
             remove_if_exists(&*inner.disk, &segment::idx_path(&inner.journal.dir, id))?;
         }
         let aae_builder = inner.load_aae_tree(max_sqn)?;
-        let worker_inner = inner.clone();
-        let worker = std::thread::Builder::new()
-            .name("levee-ledger".into())
-            .spawn(move || worker_inner.worker())
-            .ctx(|| "starting the ledger worker".to_string())?;
+        // Started now for what recovery left (frozen memtables, merges); it exits when idle.
+        if !inner.wake_worker(&mut inner.bg.lock()) {
+            return Err(Error::Io {
+                context: "starting the ledger worker".into(),
+                source: std::io::Error::other("no thread could be started"),
+            });
+        }
         let scheduler = if inner.cfg.compaction_runs_per_day > 0 {
             let sched_inner = inner.clone();
             Some(
@@ -396,22 +404,9 @@ impl Store {
         } else {
             None
         };
-        let syncer =
-            if inner.cfg.sync_on_write == SyncMode::Sync || inner.cfg.journal_bytes_per_sync > 0 {
-                let syncer_inner = inner.clone();
-                Some(
-                    std::thread::Builder::new()
-                        .name("levee-journal-sync".into())
-                        .spawn(move || syncer_inner.syncer())
-                        .ctx(|| "starting the journal syncer".to_string())?,
-                )
-            } else {
-                None
-            };
+        // The syncer is started by the first write that needs it (`Inner::wake_syncer`).
         Ok(Store {
             inner,
-            worker: Mutex::new(Some(worker)),
-            syncer: Mutex::new(syncer),
             scheduler: Mutex::new(scheduler),
             aae_builder: Mutex::new(aae_builder),
             lock: Mutex::new(Some(lock)),

@@ -52,9 +52,7 @@ impl Store {
                 bg.abandon = synced.is_err();
                 i.bg_cv.notify_all();
             }
-            if let Some(h) = self.worker.lock().take() {
-                let _ = h.join();
-            }
+            self.join_worker();
             synced?;
             if let Some(e) = &i.bg.lock().error {
                 return Err(Error::Poisoned(e.clone()));
@@ -92,10 +90,16 @@ impl Store {
             bg.abandon = true;
             i.bg_cv.notify_all();
         }
-        if let Some(h) = self.worker.lock().take() {
+        self.join_worker();
+        self.lock.lock().take();
+    }
+
+    /// Join the ledger worker after `bg.shutdown` is set (no worker starts after it).
+    fn join_worker(&self) {
+        let h = self.inner.worker_thread.lock().take();
+        if let Some(h) = h {
             let _ = h.join();
         }
-        self.lock.lock().take();
     }
 
     pub(super) fn stop_syncer(&self) {
@@ -105,7 +109,9 @@ impl Store {
             self.inner.syncer_cv.notify_all();
             self.inner.sync_cv.notify_all();
         }
-        if let Some(h) = self.syncer.lock().take() {
+        // After `shutdown` no syncer starts, so this is the last one.
+        let h = self.inner.syncer_thread.lock().take();
+        if let Some(h) = h {
             let _ = h.join();
         }
     }

@@ -12,9 +12,13 @@ impl Inner {
         let view = self.view();
         let fence = view.fence;
         let inner = SnapInner::new(view, lifetime);
-        let mut reg = self.snapshots.lock();
-        reg.retain(|w| w.strong_count() > 0);
-        reg.push(Arc::downgrade(&inner));
+        {
+            let mut reg = self.snapshots.lock();
+            reg.retain(|w| w.strong_count() > 0);
+            reg.push(Arc::downgrade(&inner));
+        }
+        // The worker releases it when its lifetime ends.
+        self.wake_worker(&mut self.bg.lock());
         Ok(Snapshot {
             inner,
             journal: self.journal.clone(),

@@ -432,7 +432,8 @@ impl Inner {
                     let mut s = self.sync.lock();
                     if s.requested < sqn {
                         s.requested = sqn;
-                        self.syncer_cv.notify_one();
+                        // Advisory: without a syncer the roll or the flush syncs instead.
+                        self.wake_syncer(&mut s);
                     }
                 }
             }
@@ -457,7 +458,7 @@ impl Inner {
             self.last_sqn.load(Ordering::Acquire)
         };
         let mut bg = self.bg.lock();
-        self.bg_cv.notify_all();
+        self.wake_worker(&mut bg);
         while self.persisted_sqn.load(Ordering::Acquire) < target {
             if let Some(e) = &bg.error {
                 return Err(Error::Poisoned(e.clone()));
@@ -475,8 +476,7 @@ impl Inner {
         let full = std::mem::take(&mut m.active);
         m.immutables.push_back(full);
         drop(m);
-        let _bg = self.bg.lock();
-        self.bg_cv.notify_all();
+        self.wake_worker(&mut self.bg.lock());
     }
 
     /// Wait while flushes or L0 merges are behind, so memory and read cost stay bounded.
@@ -502,7 +502,7 @@ impl Inner {
             if bg.shutdown {
                 return Err(Error::Closed);
             }
-            self.bg_cv.notify_all();
+            self.wake_worker(&mut bg);
             self.done_cv.wait_for(bg.raw(), Duration::from_millis(10));
         }
         let n = start.elapsed().as_nanos() as u64;
@@ -528,17 +528,39 @@ impl Inner {
             }
             if s.requested < sqn {
                 s.requested = sqn;
-                self.syncer_cv.notify_one();
+                if !self.wake_syncer(&mut s) {
+                    // No thread could be started: make the record durable here (the path a
+                    // flush takes), which raises the mark and wakes the other waiters.
+                    drop(s);
+                    return self.journal_durable_through(sqn);
+                }
             }
             self.sync_cv.wait(s.raw());
         }
+    }
+
+    /// Hand the syncer a request just recorded in `s`: wake it, or start it if it is not
+    /// running (it exits after `IDLE_THREAD_EXIT` without requests, so an idle store holds no
+    /// thread). `false` if no thread could be started. Nothing starts after shutdown.
+    pub(super) fn wake_syncer(&self, s: &mut SyncState) -> bool {
+        if s.syncer_running || s.shutdown {
+            self.syncer_cv.notify_one();
+            return true;
+        }
+        s.syncer_running =
+            self.start_thread("levee-journal-sync", Inner::syncer, &self.syncer_thread);
+        s.syncer_running
     }
 
     pub(super) fn syncer(self: Arc<Self>) {
         let mut s = self.sync.lock();
         loop {
             while s.requested <= s.synced && !s.shutdown {
-                self.syncer_cv.wait(s.raw());
+                let idle = self.syncer_cv.wait_for(s.raw(), IDLE_THREAD_EXIT);
+                if idle.timed_out() && s.requested <= s.synced && !s.shutdown {
+                    s.syncer_running = false;
+                    return;
+                }
             }
             if s.shutdown {
                 return;

@@ -292,7 +292,13 @@ type KVClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Storage StorageSpec `json:"storage"`
-	// Resources of the levee container.
+	// Resources of the levee container. Empty: the operator sets them from the spec
+	// (DefaultMemberResources; docs/node.md "Memory and threads" has the measurements):
+	// requests.memory = 32 MiB + ringSize × 256 KiB + ceil(ringSize / m) × 53 MiB
+	// + storage.size in GiB × 7 MiB, where m is nVal (autoscaling.minReplicas when autoscaling
+	// is on and larger), so scaling never changes the pod template; limits.memory = twice that
+	// (page cache for journal reads); requests.cpu = 1 (the autoscaler's CPU denominator), no CPU
+	// limit. Anything set here (a request, limit or claim) is used as it is, instead.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// +kubebuilder:default={}

@@ -93,8 +93,10 @@ func TestSpecFrom(t *testing.T) {
 		t.Error("SpecFrom changed the object it was given")
 	}
 	c.Spec.Autoscaling, c.Spec.Resources = nil, corev1.ResourceRequirements{}
-	if s := SpecFrom(c, DefaultTuning()); s.Enabled || s.CPURequest != 0 {
-		t.Errorf("without autoscaling/resources: %+v", s)
+	// Without resources the member runs with the operator's defaults, whose CPU request is
+	// the denominator.
+	if s := SpecFrom(c, DefaultTuning()); s.Enabled || s.CPURequest != 1 {
+		t.Errorf("without autoscaling/resources: %+v, want the default CPU request 1", s)
 	}
 	if q := QueriesFor(c); q.Namespace != "shop" || q.Service != "orders-headless" || q.Window != DefaultWindow {
 		t.Errorf("queries %+v", q)

@@ -23,9 +23,11 @@ func SpecFrom(c *kvv1.KVCluster, t Tuning) Spec {
 	for i := int32(0); i < s.Replicas; i++ {
 		out.Members = append(out.Members, fmt.Sprintf("%s-%d", c.Name, i))
 	}
-	if q, ok := s.Resources.Requests[corev1.ResourceCPU]; ok && !q.IsZero() {
+	// The container's resources: the spec's, or the defaults the operator gives it.
+	res := kvv1.MemberResources(c)
+	if q, ok := res.Requests[corev1.ResourceCPU]; ok && !q.IsZero() {
 		out.CPURequest = q.AsApproximateFloat64()
-	} else if q, ok := s.Resources.Limits[corev1.ResourceCPU]; ok {
+	} else if q, ok := res.Limits[corev1.ResourceCPU]; ok {
 		out.CPURequest = q.AsApproximateFloat64()
 	}
 	if a := s.Autoscaling; a != nil {

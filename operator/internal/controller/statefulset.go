@@ -106,7 +106,7 @@ func nodeContainer(c *kvv1.KVCluster) corev1.Container {
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 			{Name: "LEVEE_ADVERTISE_ADDR", Value: "$(POD_NAME)." + HeadlessServiceName(c) + ".$(POD_NAMESPACE).svc:" + strconv.Itoa(int(GRPCPort))},
 		},
-		Resources:    c.Spec.Resources,
+		Resources:    kvv1.MemberResources(c),
 		VolumeMounts: mounts,
 		// Journal replay after a crash may take minutes: the startup probe allows 10 min.
 		StartupProbe:   httpProbe("/healthz", 10, 60),

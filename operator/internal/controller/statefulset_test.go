@@ -144,3 +144,26 @@ func TestNodeContainerContract(t *testing.T) {
 		t.Errorf("grace %d nonroot %v", *pod.TerminationGracePeriodSeconds, *pod.SecurityContext.RunAsNonRoot)
 	}
 }
+
+// Without spec.resources the levee container gets the formula's requests and limits (for the
+// spec's ring, nVal and volume size); with them, exactly the user's.
+func TestNodeContainerDefaultResources(t *testing.T) {
+	c := cluster(func(c *kvv1.KVCluster) {
+		c.Spec.RingSize = 128
+		q := resource.MustParse("200Gi")
+		c.Spec.Storage.Size = &q
+	})
+	got := BuildStatefulSet(c).Spec.Template.Spec.Containers[0].Resources
+	want := kvv1.DefaultMemberResources(128, 3, 200<<30)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("unset: %+v\nwant the defaults %+v", got, want)
+	}
+	if got.Requests.Cpu().IsZero() || got.Requests.Memory().IsZero() || got.Limits.Memory().IsZero() {
+		t.Errorf("defaults leave a request or the memory limit unset: %+v", got)
+	}
+	user := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	c.Spec.Resources = user
+	if got := BuildStatefulSet(c).Spec.Template.Spec.Containers[0].Resources; !reflect.DeepEqual(got, user) {
+		t.Errorf("set: %+v\nwant the user's %+v", got, user)
+	}
+}

@@ -10,7 +10,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +43,7 @@ func TestCreateBuildsChildren(t *testing.T) {
 			c.Spec.Storage.StorageClassName = &sc
 			c.Spec.Storage.NodeSelector = map[string]string{"node.kubernetes.io/instance-type": "d3.xlarge"}
 			c.Spec.Image = "registry.example/levee:1.2.3"
+			c.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}
 		}, storageClass: "st1-throughput", nodeLabel: [2]string{"node.kubernetes.io/instance-type", "d3.xlarge"}, size: "100Gi", timeout: 4396},
 	}
 	for _, tc := range cases {
@@ -82,6 +85,11 @@ func TestCreateBuildsChildren(t *testing.T) {
 			if ct.LivenessProbe.HTTPGet.Path != "/healthz" || ct.ReadinessProbe.HTTPGet.Path != "/readyz" ||
 				ct.ReadinessProbe.HTTPGet.Port.StrVal != "metrics" {
 				t.Errorf("probes = %s / %s", dump(ct.LivenessProbe), dump(ct.ReadinessProbe))
+			}
+			// The user's resources as they are; without them, the defaults for the spec.
+			if want := kvv1.MemberResources(c); !equality.Semantic.DeepEqual(ct.Resources, want) ||
+				(len(c.Spec.Resources.Requests) == 0) != ct.Resources.Requests.Cpu().Equal(resource.MustParse(kvv1.DefaultCPURequest)) {
+				t.Errorf("resources = %s, want %s", dump(ct.Resources), dump(want))
 			}
 			if len(pod.TopologySpreadConstraints) != 2 || *pod.TerminationGracePeriodSeconds != 120 {
 				t.Errorf("spread %s, grace %d", dump(pod.TopologySpreadConstraints), *pod.TerminationGracePeriodSeconds)

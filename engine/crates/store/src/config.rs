@@ -90,6 +90,9 @@ pub struct Config {
     pub compression_method: crate::Compression,
     /// When: as a write arrives (default), or only when journal compaction rewrites it.
     pub compression_point: crate::CompressionPoint,
+    /// How long the ledger worker and the syncer wait without work before their threads exit
+    /// (the next request starts them again). Default 10 s; tests shorten it.
+    pub idle_thread_exit: std::time::Duration,
 }
 
 /// Longest accepted key.
@@ -129,6 +132,7 @@ impl Default for Config {
             compaction_runs_per_day: 0,
             compression_method: crate::Compression::None,
             compression_point: crate::CompressionPoint::OnReceipt,
+            idle_thread_exit: std::time::Duration::from_secs(10),
         }
     }
 }

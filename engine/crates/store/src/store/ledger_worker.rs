@@ -56,11 +56,11 @@ impl Inner {
                     self.done_cv.notify_all();
                     if !bg.shutdown {
                         // Nothing found since `wakes` was read, no snapshot to expire: after
-                        // IDLE_THREAD_EXIT of that the thread goes (the next wake starts one).
+                        // `idle_thread_exit` of that the thread goes (the next wake starts one).
                         let idle = idle_since.get_or_insert_with(Instant::now);
                         if live_snapshots == 0
                             && bg.wakes == wakes
-                            && idle.elapsed() >= IDLE_THREAD_EXIT
+                            && idle.elapsed() >= self.cfg.idle_thread_exit
                         {
                             bg.worker_running = false;
                             return;
@@ -76,7 +76,9 @@ impl Inner {
                 }
             }
         }
-        let _bg = self.bg.lock();
+        // Stopped for good (shutdown, abandon or an error, which `wake_worker` checks first).
+        let mut bg = self.bg.lock();
+        bg.worker_running = false;
         self.done_cv.notify_all();
     }
 

@@ -132,15 +132,11 @@ struct SyncState {
     /// trusted to cover it. Writers get this error until the store is reopened.
     failed: Option<String>,
     /// A syncer thread is running (or starting). It is started by the first request after it
-    /// stopped and stops once nothing was requested for `IDLE_THREAD_EXIT`; both change this
+    /// stopped and stops once nothing was requested for `Config::idle_thread_exit`; both change this
     /// under the `sync` lock, so a request either finds the syncer running (and wakes it) or
     /// starts one.
     syncer_running: bool,
 }
-
-/// How long a store's background threads (the syncer, the ledger worker) wait for work before
-/// they exit; the next request starts them again. An idle vnode holds no thread.
-pub(crate) const IDLE_THREAD_EXIT: Duration = Duration::from_secs(10);
 
 struct Bg {
     /// A merge met a damaged table: merges stop (flushes go on) until a reopen.
@@ -151,7 +147,7 @@ struct Bg {
     error: Option<String>,
     cursors: Vec<Vec<u8>>,
     /// The ledger worker is running (or starting). Like the syncer it is started on demand
-    /// (`Inner::wake_worker`) and exits after `IDLE_THREAD_EXIT` with nothing to do; both
+    /// (`Inner::wake_worker`) and exits after `Config::idle_thread_exit` with nothing to do; both
     /// change this under the `bg` lock.
     worker_running: bool,
     /// Counts the wake-ups asked for: a worker that sees it move since it last looked for work

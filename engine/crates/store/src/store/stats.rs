@@ -57,6 +57,9 @@ pub struct Stats {
     /// 1 when merges stopped because one met a damaged table (nothing is dropped: the table stays
     /// as it is, and writers get an error instead of waiting once level 0 is full).
     pub ledger_merges_blocked: u64,
+    /// The store's on-demand threads running now: the ledger worker and the syncer (0 to 2;
+    /// both exit after `Config::idle_thread_exit` without work).
+    pub background_threads: u64,
 }
 
 #[derive(Default)]
@@ -90,8 +93,14 @@ impl Store {
         let version = i.version.read().clone();
         // Each lock on its own statement: temporaries in the struct literal below would all be held
         // to its end, nesting `sync` and `bg` (both leaves, see lock_order::Rank).
-        let journal_synced_sqn = i.sync.lock().synced;
-        let merges_blocked = i.bg.lock().merge_blocked.is_some();
+        let (journal_synced_sqn, syncer) = {
+            let s = i.sync.lock();
+            (s.synced, s.syncer_running)
+        };
+        let (merges_blocked, worker) = {
+            let bg = i.bg.lock();
+            (bg.merge_blocked.is_some(), bg.worker_running)
+        };
         let c = &i.c;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
@@ -132,6 +141,7 @@ impl Store {
                 .map(|t| t.damaged_blocks())
                 .sum(),
             ledger_merges_blocked: u64::from(merges_blocked),
+            background_threads: u64::from(syncer) + u64::from(worker),
         }
     }
 }

@@ -540,10 +540,10 @@ impl Inner {
     }
 
     /// Hand the syncer a request just recorded in `s`: wake it, or start it if it is not
-    /// running (it exits after `IDLE_THREAD_EXIT` without requests, so an idle store holds no
+    /// running (it exits after `Config::idle_thread_exit` without requests, so an idle store holds no
     /// thread). `false` if no thread could be started. Nothing starts after shutdown.
     pub(super) fn wake_syncer(&self, s: &mut SyncState) -> bool {
-        if s.syncer_running || s.shutdown {
+        if s.syncer_running || s.shutdown || s.failed.is_some() {
             self.syncer_cv.notify_one();
             return true;
         }
@@ -556,13 +556,14 @@ impl Inner {
         let mut s = self.sync.lock();
         loop {
             while s.requested <= s.synced && !s.shutdown {
-                let idle = self.syncer_cv.wait_for(s.raw(), IDLE_THREAD_EXIT);
+                let idle = self.syncer_cv.wait_for(s.raw(), self.cfg.idle_thread_exit);
                 if idle.timed_out() && s.requested <= s.synced && !s.shutdown {
                     s.syncer_running = false;
                     return;
                 }
             }
             if s.shutdown {
+                s.syncer_running = false;
                 return;
             }
             drop(s);
@@ -575,6 +576,7 @@ impl Inner {
             // Also after a failure: the waiters read it.
             self.sync_cv.notify_all();
             if s.failed.is_some() {
+                s.syncer_running = false;
                 return;
             }
         }

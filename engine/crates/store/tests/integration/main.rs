@@ -11,6 +11,7 @@ mod disk_full;
 mod fault_regressions;
 mod features;
 mod format_fixture;
+mod idle_threads;
 mod io_faults;
 mod lazy_journal_index;
 mod model;

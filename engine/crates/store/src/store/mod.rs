@@ -136,6 +136,21 @@ struct SyncState {
     /// under the `sync` lock, so a request either finds the syncer running (and wakes it) or
     /// starts one.
     syncer_running: bool,
+    /// Tests only: the syncer does no work while set, so a test can hold a synced writer
+    /// waiting and see what else wakes it.
+    #[cfg(test)]
+    syncer_paused: bool,
+}
+
+impl SyncState {
+    /// Whether the syncer has nothing to do (or, in tests, is told to do nothing).
+    fn syncer_idle(&self) -> bool {
+        #[cfg(test)]
+        if self.syncer_paused {
+            return true;
+        }
+        self.requested <= self.synced
+    }
 }
 
 struct Bg {
@@ -541,5 +556,55 @@ mod tests {
         s.close().unwrap();
         let again = Store::open(d.path(), Config::small_for_tests()).unwrap();
         again.close().unwrap();
+    }
+
+    /// A synced writer waits for the syncer; a later write's segment roll fsyncs the old segment
+    /// and so makes the waiting record durable too. The roll must wake it: the syncer, finding
+    /// nothing requested beyond the mark, would not (it hung `fault_regressions` once in CI).
+    #[test]
+    fn a_roll_that_makes_a_waiting_synced_write_durable_wakes_it() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            sync_on_write: SyncMode::Sync,
+            journal_segment_records: 2,
+            ..Config::small_for_tests()
+        };
+        let s = Arc::new(Store::open(d.path(), cfg).unwrap());
+        s.inner.sync.lock().syncer_paused = true;
+        let put = |key: &'static [u8]| {
+            let s = s.clone();
+            std::thread::spawn(move || s.put(b"b", key, b"v", b"", &[]).unwrap())
+        };
+        // The segment's first record: its writer asks the (paused) syncer and waits.
+        let a = put(b"a");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.inner.sync.lock().requested < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the first writer never asked for a sync"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The second record fills the segment: the roll fsyncs both.
+        let b = put(b"b");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !(a.is_finished() && b.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let woken = a.is_finished();
+        {
+            // Let everything go (a writer left asleep is woken here, so the test ends).
+            let mut st = s.inner.sync.lock();
+            st.syncer_paused = false;
+            s.inner.syncer_cv.notify_all();
+            s.inner.sync_cv.notify_all();
+        }
+        let (sqn_a, sqn_b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(
+            woken,
+            "the writer of sqn {sqn_a} slept on although the roll after sqn {sqn_b} made it durable"
+        );
+        assert!(s.stats().journal_synced_sqn >= sqn_b);
+        s.close().unwrap();
     }
 }

@@ -358,6 +358,8 @@ impl Store {
                     shutdown: false,
                     failed: None,
                     syncer_running: false,
+                    #[cfg(test)]
+                    syncer_paused: false,
                 },
             ),
             sync_cv: Condvar::new(),

@@ -555,7 +555,7 @@ impl Inner {
     pub(super) fn syncer(self: Arc<Self>) {
         let mut s = self.sync.lock();
         loop {
-            while s.requested <= s.synced && !s.shutdown {
+            while s.syncer_idle() && !s.shutdown {
                 let idle = self.syncer_cv.wait_for(s.raw(), self.cfg.idle_thread_exit);
                 if idle.timed_out() && s.requested <= s.synced && !s.shutdown {
                     s.syncer_running = false;

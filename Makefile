@@ -89,7 +89,7 @@ bench-cluster: deps
 
 ## bench-node-anchor: the node path against a bare tonic server answering levee.v1.KV from memory
 ## (levee-bench anchor), same grpc client and scenario back to back; ANCHOR_SCENARIO, ANCHOR_ARGS,
-## NODE_ARGS (e.g. NODE_ARGS="--n-val 1")
+## NODE_ARGS (more levee serve options)
 ANCHOR_SCENARIO ?= e2e/scenarios/8k_nosync.toml
 ANCHOR_ARGS ?= --duration 60s
 bench-node-anchor: deps

@@ -6,8 +6,8 @@
 # node ÷ anchor ratios and each side's CPU seconds (the server's, from /proc).
 #   e2e/scenarios/node-anchor.sh [scenario] [levee-bench run args...]
 #   default: e2e/scenarios/8k_nosync.toml; e.g. --duration 60s
-# NODE_ARGS: more `levee serve` options, e.g. NODE_ARGS="--n-val 1" (a lone node keeps n_val 3
-# copies by default: three vnode writes per PUT, three HEADs per GET).
+# NODE_ARGS: more `levee serve` options, e.g. NODE_ARGS="--sync-on-write true" (a node alone runs
+# n_val 1: one vnode write per PUT, one HEAD and one GET per read).
 # Binaries: engine/target/release/{levee,levee-bench} (`make bench-build`), or LEVEE / LEVEE_BENCH.
 set -euo pipefail
 scenario=${1:-e2e/scenarios/8k_nosync.toml}

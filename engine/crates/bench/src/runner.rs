@@ -63,6 +63,18 @@ pub struct RunResult {
     pub device_bytes_written: u64,
 }
 
+/// A progress line on stderr (drawn only on a terminal, never with `quiet`) of `len` steps.
+fn progress_bar(quiet: bool, len: u64, template: &str) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
 /// Bytes this process caused to be written to the device (`write_bytes` of /proc/self/io).
 fn proc_io_write_bytes() -> u64 {
     procfs::process::Process::myself()
@@ -115,17 +127,23 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     if s.preload.keys > 0 {
         let mut v = ValueGen::new(&s.value_generator, buf.clone(), 99);
         let start = Instant::now();
+        let bar = progress_bar(
+            quiet,
+            s.preload.keys,
+            "preload {pos}/{len} keys  {per_sec}  ETA {eta}",
+        );
         for k in 0..s.preload.keys {
             let value = v.next_value();
             user_bytes.fetch_add(value.len() as u64 + 12, Ordering::Relaxed);
             driver.put(&key_bytes(k), value, &[])?;
-            if !quiet && k % 10_000 == 0 {
-                eprint!("\rpreload {k}/{} keys", s.preload.keys);
+            if k % 1_000 == 0 {
+                bar.set_position(k);
             }
         }
+        bar.finish_and_clear();
         if !quiet {
             eprintln!(
-                "\rpreload {} keys in {:.1} s",
+                "preload {} keys in {:.1} s",
                 s.preload.keys,
                 start.elapsed().as_secs_f64()
             );
@@ -276,6 +294,11 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     let mut io_last = proc_io_write_bytes();
     let mut last_tick = start;
     let data_dir: Option<PathBuf> = driver.data_dir();
+    let bar = progress_bar(
+        quiet,
+        s.duration.as_secs().max(1),
+        &format!("{} [{{pos:>5}}/{{len}} s] {{msg}}", s.driver),
+    );
     loop {
         let mut finished = workers.iter().all(|w| w.is_finished());
         let next_tick = last_tick + s.report_interval;
@@ -284,18 +307,14 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
             std::thread::sleep(
                 Duration::from_millis(100).min(next_tick.saturating_duration_since(Instant::now())),
             );
-            if !quiet {
-                let el = start.elapsed().as_secs_f64();
-                eprint!(
-                    "\r{} [{:>5.0}s elapsed, {:>5.0}s left] {:>9} ops  {:>8.0} ops/s  {} errors   ",
-                    s.driver,
-                    el,
-                    (s.duration.as_secs_f64() - el).max(0.0),
-                    done_ops.load(Ordering::Relaxed),
-                    done_ops.load(Ordering::Relaxed) as f64 / el.max(0.001),
-                    done_errs.load(Ordering::Relaxed)
-                );
-            }
+            let el = start.elapsed().as_secs_f64();
+            bar.set_position(el as u64);
+            bar.set_message(format!(
+                "{:>9} ops  {:>8.0} ops/s  {} errors",
+                done_ops.load(Ordering::Relaxed),
+                done_ops.load(Ordering::Relaxed) as f64 / el.max(0.001),
+                done_errs.load(Ordering::Relaxed)
+            ));
         }
         // At the deadline, let the operations in flight finish into this window rather than
         // into a sliver of a window of their own.
@@ -375,6 +394,7 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
         m.join()
             .map_err(|_| anyhow::anyhow!("the maintenance thread panicked"))??;
     }
+    bar.finish_and_clear();
     driver.close()?;
     result.seconds = start.elapsed().as_secs_f64();
     result.user_bytes_written = user_bytes.load(Ordering::Relaxed);
@@ -393,7 +413,7 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     )?;
     if !quiet {
         eprintln!(
-            "\rdone: {} ops in {:.1} s ({:.0} ops/s), {} errors, write amplification {:.2}            ",
+            "done: {} ops in {:.1} s ({:.0} ops/s), {} errors, write amplification {:.2}",
             result.successful,
             result.seconds,
             result.successful as f64 / result.seconds,

@@ -159,22 +159,14 @@ mod dur {
     }
 }
 
-/// "90s", "2m", "1.5h", "250ms".
+/// A duration as humantime reads it ("90s", "2m", "1h30m", "250ms"); a bare number is seconds.
 pub fn parse_duration(t: &str) -> Result<Duration> {
     let t = t.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
-    let n: f64 = num
-        .trim()
-        .parse()
-        .with_context(|| format!("bad duration `{t}`"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => bail!("bad duration unit in `{t}` (use ms, s, m or h)"),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(t)
+        .with_context(|| format!("bad duration `{t}` (e.g. 90s, 5m, 1h30m, 250ms)"))
 }
 
 impl Scenario {
@@ -303,7 +295,10 @@ mod tests {
         );
         assert!(bad("compression_point = \"later\"").contains("on_compact"));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
         assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert!(parse_duration("5 parsecs").is_err());
+        let e = parse_duration("5 parsecs").unwrap_err();
+        assert!(format!("{e:#}").contains("1h30m"), "{e:#}");
     }
 }

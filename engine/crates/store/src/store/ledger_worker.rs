@@ -17,6 +17,18 @@ impl Inner {
         bg.worker_running
     }
 
+    /// Make sure a worker looks at the store again before it may exit, without waking it: a
+    /// running worker sees a new snapshot on its next round (it reaps on its poll) and counts the
+    /// moved `wakes` as a reason to stay; a stopped one is started. Taking a snapshot (every
+    /// index query, every fold) comes here, so a busy store does not wake its worker per query.
+    pub(super) fn keep_worker(&self, bg: &mut Bg) -> bool {
+        if bg.worker_running {
+            bg.wakes += 1;
+            return true;
+        }
+        self.wake_worker(bg)
+    }
+
     pub(super) fn worker(self: Arc<Self>) {
         let mut idle_since: Option<Instant> = None;
         loop {

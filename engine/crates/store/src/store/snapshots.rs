@@ -18,7 +18,7 @@ impl Inner {
             reg.push(Arc::downgrade(&inner));
         }
         // The worker releases it when its lifetime ends.
-        self.wake_worker(&mut self.bg.lock());
+        self.keep_worker(&mut self.bg.lock());
         Ok(Snapshot {
             inner,
             journal: self.journal.clone(),

@@ -424,11 +424,8 @@ impl pb::kv_server::Kv for KvService {
         } else {
             r.page_size as usize
         };
-        let limit = if r.max_results == 0 {
-            usize::MAX
-        } else {
-            r.max_results as usize
-        };
+        // 0: no limit.
+        let max_results = NonZeroUsize::new(r.max_results as usize);
         let c = self.coordinator.clone();
         let props = c.props(&r.bucket_type)?;
         let started = Instant::now();
@@ -529,7 +526,7 @@ impl pb::kv_server::Kv for KvService {
             props.n_val,
             after,
             page_size,
-            NonZeroUsize::new(limit).filter(|_| limit != usize::MAX),
+            max_results,
         );
         tokio::spawn(async move {
             let outcome = loop {

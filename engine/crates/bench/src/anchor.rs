@@ -47,6 +47,14 @@ impl Anchor {
     }
 }
 
+impl Anchor {
+    /// `f` of the value under (bucket, key).
+    fn read<T>(&self, bucket: Vec<u8>, key: Vec<u8>, f: impl FnOnce(&Vec<u8>) -> T) -> Option<T> {
+        self.shard(&bucket, &key).lock().get(&(bucket, key)).map(f)
+    }
+}
+
+/// What a node answers for an absent key.
 fn not_found() -> Status {
     Status::not_found("no object under that bucket and key")
 }
@@ -64,10 +72,7 @@ impl pb::kv_server::Kv for Anchor {
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let r = req.into_inner();
         let value = self
-            .shard(&r.bucket, &r.key)
-            .lock()
-            .get(&(r.bucket, r.key))
-            .cloned()
+            .read(r.bucket, r.key, |v| v.clone())
             .ok_or_else(not_found)?;
         Ok(Response::new(pb::GetResponse {
             value,
@@ -81,10 +86,7 @@ impl pb::kv_server::Kv for Anchor {
     ) -> Result<Response<pb::HeadResponse>, Status> {
         let r = req.into_inner();
         let size = self
-            .shard(&r.bucket, &r.key)
-            .lock()
-            .get(&(r.bucket, r.key))
-            .map(|v| v.len())
+            .read(r.bucket, r.key, |v| v.len())
             .ok_or_else(not_found)?;
         Ok(Response::new(pb::HeadResponse {
             value_size: size as u32,

@@ -23,6 +23,18 @@ const FIVE_OP_FILES: [&str; 5] = [
     "update_latencies.csv",
 ];
 
+/// Every operation the grpc driver has, and the latency files a run of them writes.
+const GRPC_OPS: &str = r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1], ["update_with_2i", 1]]"#;
+const GRPC_OP_FILES: [&str; 7] = [
+    "delete_latencies.csv",
+    "get_latencies.csv",
+    "head_latencies.csv",
+    "index-query_latencies.csv",
+    "put_latencies.csv",
+    "update-with-2i_latencies.csv",
+    "update_latencies.csv",
+];
+
 fn scenario(driver: &str, ops: &str) -> Scenario {
     scenario_with(driver, ops, "")
 }
@@ -540,21 +552,8 @@ fn grpc_driver_loads_a_running_levee_node() {
         .unwrap_or_else(|| panic!("no address in the node's startup line {line:?}"))
         .to_string();
     let out = tempfile::tempdir().unwrap();
-    let s = scenario_with(
-        "grpc",
-        r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1], ["update_with_2i", 1]]"#,
-        &format!("address = \"http://{addr}\""),
-    );
-    let files = [
-        "delete_latencies.csv",
-        "get_latencies.csv",
-        "head_latencies.csv",
-        "index-query_latencies.csv",
-        "put_latencies.csv",
-        "update-with-2i_latencies.csv",
-        "update_latencies.csv",
-    ];
-    let r = run_and_check(&s, out.path(), &files);
+    let s = scenario_with("grpc", GRPC_OPS, &format!("address = \"http://{addr}\""));
+    let r = run_and_check(&s, out.path(), &GRPC_OP_FILES);
     drop(node);
     assert_eq!(
         r.failed,
@@ -596,11 +595,7 @@ fn grpc_driver_loads_the_anchor() {
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .trim()
         .to_string();
-    let s = scenario_with(
-        "grpc",
-        r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1]]"#,
-        &format!("address = \"http://{addr}\""),
-    );
+    let s = scenario_with("grpc", GRPC_OPS, &format!("address = \"http://{addr}\""));
     let data = tempfile::tempdir().unwrap();
     let d = drivers::open(&s, data.path()).unwrap();
     d.put(b"anchor-key", b"value", &[]).unwrap();
@@ -611,15 +606,7 @@ fn grpc_driver_loads_the_anchor() {
     assert!(!d.get(b"anchor-key").unwrap(), "a deleted key is gone");
     drop(d);
     let out = tempfile::tempdir().unwrap();
-    let files = [
-        "delete_latencies.csv",
-        "get_latencies.csv",
-        "head_latencies.csv",
-        "index-query_latencies.csv",
-        "put_latencies.csv",
-        "update_latencies.csv",
-    ];
-    let r = run_and_check(&s, out.path(), &files);
+    let r = run_and_check(&s, out.path(), &GRPC_OP_FILES);
     assert_eq!(r.failed, 0);
 }
 

@@ -80,6 +80,11 @@ pub fn expected_wait(s: &State) -> Duration {
     s.service_time.saturating_mul(ahead) / s.limits.concurrency.max(1)
 }
 
+/// Whether a call arriving now starts at once: a free slot, and nobody queued ahead of it.
+pub fn can_start_now(s: &State) -> bool {
+    s.running < s.limits.concurrency && s.queued == 0
+}
+
 /// Admit now, queue, or refuse (and why). `deadline` is the latest moment the call may *start*.
 ///
 /// 1. a deadline already passed → `Reject(Expired)`;
@@ -91,7 +96,7 @@ pub fn decide(s: &State, now: Instant, deadline: Instant) -> Verdict {
     if deadline <= now {
         return Verdict::Reject(Reason::Expired);
     }
-    if s.running < s.limits.concurrency && s.queued == 0 {
+    if can_start_now(s) {
         return Verdict::Admit;
     }
     if s.queued >= s.limits.queue {
@@ -289,6 +294,21 @@ impl Admission {
             state,
             retry_after: retry_after(&state),
         }
+    }
+
+    /// A slot on `vnode` now, when one is free and nobody waits for one (for a call that will
+    /// not queue: a read answered on the reactor from memory; it goes the queued way otherwise).
+    pub fn try_acquire(self: &Arc<Self>, vnode: usize) -> Option<Permit> {
+        let mut slot = self.vnodes[vnode].lock();
+        if !can_start_now(&self.state(&slot)) {
+            return None;
+        }
+        slot.running += 1;
+        Some(Permit {
+            admission: self.clone(),
+            vnode,
+            since: Instant::now(),
+        })
     }
 
     /// A slot on `vnode` that starts no later than `deadline`, or the reason there is none.

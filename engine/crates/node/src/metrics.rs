@@ -52,6 +52,8 @@ pub struct Metrics {
     pub coverage_fetched: IntCounterVec,
     /// Query snapshots this member holds for coverage queries between pages.
     pub query_snapshots_held: IntGauge,
+    /// Reads of this node's replicas by where they ran ([`crate::replica::READ_PATHS`]).
+    pub replica_reads: IntCounterVec,
     /// Expiry (Unix seconds) of the certificate the gRPC port serves, when TLS is on.
     pub tls_expiry: Arc<parking_lot::RwLock<Option<f64>>>,
 }
@@ -218,6 +220,18 @@ impl Metrics {
         registry
             .register(Box::new(query_snapshots_held.clone()))
             .unwrap();
+        let replica_reads = IntCounterVec::new(
+            Opts::new(
+                "levee_replica_reads_total",
+                "Reads (HEAD, GET) of this node's replicas by where they ran: reactor (from memory, on the async runtime) or pool (on the blocking pool)",
+            ),
+            &["path"],
+        )
+        .unwrap();
+        for p in crate::replica::READ_PATHS {
+            replica_reads.with_label_values(&[p]);
+        }
+        registry.register(Box::new(replica_reads.clone())).unwrap();
         let vnode_gauge = IntGaugeVec::new(
             Opts::new(
                 "levee_vnodes",
@@ -286,6 +300,7 @@ impl Metrics {
             aae_repairs,
             coverage_fetched,
             query_snapshots_held,
+            replica_reads,
             vnodes: vnode_gauge,
             tls_expiry,
         }

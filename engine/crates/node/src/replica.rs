@@ -33,7 +33,7 @@ use levee_store::{SnapshotKind, Store};
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
-use crate::admission::{self, Admission};
+use crate::admission::{self, Admission, Permit};
 use crate::errors::to_status;
 use crate::held_snapshots::{self, HeldSnapshots, HoldError};
 use crate::vnodes::Vnodes;
@@ -65,7 +65,19 @@ pub struct Replicas {
     forward_tx: OnceLock<tokio::sync::mpsc::Sender<Forward>>,
     /// Snapshots coverage queries read page after page (`held_snapshots.rs`).
     pub held: HeldSnapshots<levee_store::Snapshot>,
+    /// `levee_replica_reads_total` by path, once the metrics are set up.
+    read_paths: OnceLock<[prometheus::IntCounter; 2]>,
 }
+
+/// Where a replica read ran (`Replicas::read`).
+#[derive(Clone, Copy)]
+enum ReadPath {
+    Reactor = 0,
+    Pool = 1,
+}
+
+/// The `path` label values of `levee_replica_reads_total`, indexed by [`ReadPath`].
+pub const READ_PATHS: [&str; 2] = ["reactor", "pool"];
 
 /// A write to forward to the next owner of its vnode (`transition.rs`).
 pub struct Forward {
@@ -132,6 +144,7 @@ impl Replicas {
             rebuilding: (0..n).map(|_| AtomicBool::new(false)).collect(),
             forward_tx: OnceLock::new(),
             held: HeldSnapshots::new(held_snapshots::IDLE, held_snapshots::MAX_HELD, id_seed()),
+            read_paths: OnceLock::new(),
         })
     }
 
@@ -223,12 +236,62 @@ impl Replicas {
             .acquire(partition as usize, deadline)
             .await
             .map_err(|r| r.to_status())?;
+        self.run_blocking(permit, f).await
+    }
+
+    /// Run `f` on the blocking pool, holding `permit` (its vnode's slot) until it returns.
+    async fn run_blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        permit: Permit,
+        f: impl FnOnce(&Replicas) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
         let me = self.clone();
         let (res, permit) = tokio::task::spawn_blocking(move || (f(&me), permit))
             .await
             .map_err(|e| Status::internal(format!("replica call failed: {e}")))?;
         drop(permit);
         res
+    }
+
+    /// A read-only engine call (a replica's HEAD or GET). When its vnode has a free slot and
+    /// nobody queued, it runs right here, on the async runtime's thread, with every file read
+    /// made so that it may not wait for the disk (`levee_store::storage::without_waiting`): a
+    /// read of data in the page cache so costs no hand-off to the blocking pool and back (two
+    /// thread wake-ups). A read that would wait for the disk, or finds its vnode busy, runs as
+    /// [`Replicas::call`] does. `levee_replica_reads_total{path}` counts where reads ran.
+    pub async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        partition: u32,
+        deadline: Instant,
+        f: impl Fn(&Replicas) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        self.store(partition)?;
+        if deadline > Instant::now() {
+            if let Some(permit) = self.admission.try_acquire(partition as usize) {
+                if let Some(res) = levee_store::storage::without_waiting(|| f(self)) {
+                    drop(permit);
+                    self.count_read(ReadPath::Reactor);
+                    return res;
+                }
+                self.count_read(ReadPath::Pool);
+                return self.run_blocking(permit, f).await;
+            }
+        }
+        self.count_read(ReadPath::Pool);
+        self.call(partition, deadline, f).await
+    }
+
+    fn count_read(&self, path: ReadPath) {
+        if let Some(c) = self.read_paths.get() {
+            c[path as usize].inc();
+        }
+    }
+
+    /// Count reads in `levee_replica_reads_total` (its label values [`READ_PATHS`], in order).
+    pub fn count_reads_in(&self, metric: &prometheus::IntCounterVec) {
+        let _ = self
+            .read_paths
+            .set(READ_PATHS.map(|p| metric.with_label_values(&[p])));
     }
 
     pub(crate) fn store(&self, partition: u32) -> Result<&Arc<Store>, Status> {
@@ -894,7 +957,7 @@ impl pb::node_server::Node for NodeService {
         let queue_len = self.replicas.queue_len(k.partition);
         let (set, sqn) = self
             .replicas
-            .call(k.partition, deadline, move |r| {
+            .read(k.partition, deadline, move |r| {
                 r.head_sqn(k.partition, &k.bucket, &k.key)
             })
             .await?;
@@ -910,7 +973,7 @@ impl pb::node_server::Node for NodeService {
         self.replicas.readable(k.partition)?;
         let s = self
             .replicas
-            .call(k.partition, deadline, move |r| {
+            .read(k.partition, deadline, move |r| {
                 r.get(k.partition, &k.bucket, &k.key)
             })
             .await?;

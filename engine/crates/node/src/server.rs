@@ -91,6 +91,7 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     replicas
         .held
         .publish_to(metrics.query_snapshots_held.clone());
+    replicas.count_reads_in(&metrics.replica_reads);
     tokio::spawn(peers.clone().probe(vnodes.membership.clone()));
     let coordinator = Arc::new(Coordinator {
         vnodes: vnodes.clone(),

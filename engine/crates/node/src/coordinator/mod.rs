@@ -184,7 +184,7 @@ impl Coordinator {
             let queue = self.replicas.queue_len(p);
             let (set, sqn) = self
                 .replicas
-                .call(p, deadline, move |r| r.head_sqn(p, &bucket, &key))
+                .read(p, deadline, move |r| r.head_sqn(p, &bucket, &key))
                 .await?;
             return Ok((set, queue, sqn));
         }
@@ -209,7 +209,7 @@ impl Coordinator {
             self.replicas.readable(p)?;
             return self
                 .replicas
-                .call(p, deadline, move |r| r.get(p, &bucket, &key))
+                .read(p, deadline, move |r| r.get(p, &bucket, &key))
                 .await;
         }
         let (mut client, req) = self.remote(view, t, bucket, key, deadline)?;

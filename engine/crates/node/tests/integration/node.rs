@@ -894,3 +894,73 @@ async fn the_cli_walks_the_aae_trees_down_to_their_keys() {
     found.sort();
     assert_eq!(found, want.into_iter().collect::<Vec<_>>());
 }
+
+/// `levee_replica_reads_total{path}` of a node, as (reactor, pool).
+fn read_paths(node: &Node) -> (f64, f64) {
+    let text = node.metrics_text();
+    let of = |path: &str| {
+        let prefix = format!("levee_replica_reads_total{{path=\"{path}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+    };
+    (of("reactor"), of("pool"))
+}
+
+/// Drop every file under `dir` from the page cache (synced first, so the pages are clean).
+fn evict_all(dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            evict_all(&p);
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(&p) else {
+            continue; // removed meanwhile (a flush or a merge)
+        };
+        f.sync_all().unwrap();
+        // SAFETY: plain syscall on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
+
+/// A read of data in the page cache is answered on the async runtime; one whose value must come
+/// from the disk goes to the blocking pool, and still returns the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_read_runs_on_the_reactor_and_a_read_from_disk_on_the_pool() {
+    // In the target directory, not a tmpfs: the test needs a page cache it can empty.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let mut kv = node.kv().await;
+    let value = vec![0x5au8; 64 << 10];
+    kv.put(put("b", "k", &value, vec![])).await.unwrap();
+    let get = || pb::GetRequest {
+        bucket: "b".into(),
+        key: "k".into(),
+        ..Default::default()
+    };
+
+    let (r0, p0) = read_paths(&node);
+    let g = kv.get(get()).await.unwrap().into_inner();
+    assert_eq!(g.value, value);
+    let (r1, p1) = read_paths(&node);
+    assert_eq!(
+        (r1 - r0, p1 - p0),
+        (2.0, 0.0),
+        "a GET of cached data (a HEAD, then the value) ran on the pool"
+    );
+
+    evict_all(dir.path());
+    let g = kv.get(get()).await.unwrap().into_inner();
+    assert_eq!(g.value, value, "the value read from disk");
+    let (r2, p2) = read_paths(&node);
+    assert_eq!(r2 - r1 + p2 - p1, 2.0, "one HEAD and one value read");
+    assert!(
+        p2 - p1 >= 1.0,
+        "the value's read from an evicted journal was answered on the reactor \
+         (reactor +{}, pool +{})",
+        r2 - r1,
+        p2 - p1
+    );
+}

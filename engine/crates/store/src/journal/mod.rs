@@ -112,8 +112,8 @@ impl Journal {
         sqn: u64,
         ledger_key: &[u8],
     ) -> Result<OwnedRecord> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
         let mut raw = seg.read_raw(e)?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
         let view = record::decode(&raw).map_err(|err| {
             Error::Corruption(format!(
                 "segment {} record sqn {sqn}: {err}",

@@ -182,6 +182,13 @@ impl Segment {
             Index::Loaded(_) => return Ok(()),
             Index::Lazy { first, last } => (first, last),
         };
+        if crate::storage::nowait::active() {
+            // Loading reads a whole file under the index's write lock: never without waiting.
+            return Err(Error::Io {
+                context: format!("loading the index of {}", self.path.display()),
+                source: crate::storage::nowait::would_wait("a journal segment's index"),
+            });
+        }
         let mut idx = self.index.write();
         if let Index::Loaded(_) = *idx {
             return Ok(());

@@ -11,6 +11,7 @@
 //! - an `Err` from `sync_data` may have dropped the unsynced data for good, even if a later sync of
 //!   the same file succeeds ("fsyncgate"): the engine must not trust that file's unsynced tail again.
 
+pub mod nowait;
 mod sim;
 
 use std::any::Any;
@@ -20,6 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use nowait::without_waiting;
 pub use sim::{FaultKind, FaultPlan, SimDisk, SimHook, SimOp};
 
 /// An open file. Reads are positional; writes only append (the engine never overwrites bytes).
@@ -37,25 +39,34 @@ pub trait StorageFile: Send + Sync {
     fn len(&self) -> io::Result<u64>;
 
     /// Fill `buf` from `offset`; `UnexpectedEof` if the file is shorter.
-    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.read_at(buf, offset) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "file ends before the requested range",
-                    ))
-                }
-                Ok(n) => {
-                    buf = &mut buf[n..];
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        read_exact_with(self, buf, offset)
     }
+}
+
+/// Fill `buf` from `offset` with `read_at` calls; `UnexpectedEof` if the file is shorter.
+fn read_exact_with<F: StorageFile + ?Sized>(
+    f: &F,
+    mut buf: &mut [u8],
+    mut offset: u64,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        match f.read_at(buf, offset) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file ends before the requested range",
+                ))
+            }
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A handle on a held directory lock; dropping it releases the lock.
@@ -112,6 +123,9 @@ struct RealFile(File);
 
 impl StorageFile for RealFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if nowait::active() {
+            return nowait::pread_nowait(&self.0, buf, offset);
+        }
         self.0.read_at(buf, offset)
     }
     fn append(&self, data: &[u8]) -> io::Result<()> {
@@ -128,6 +142,9 @@ impl StorageFile for RealFile {
         Ok(self.0.metadata()?.len())
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if nowait::active() {
+            return read_exact_with(self, buf, offset);
+        }
         self.0.read_exact_at(buf, offset)
     }
 }
@@ -156,6 +173,9 @@ impl Storage for RealStorage {
         Ok(Arc::new(RealFile(f)))
     }
     fn open(&self, path: &Path, write: bool) -> io::Result<Arc<dyn StorageFile>> {
+        if nowait::active() {
+            return Err(nowait::would_wait("opening a file"));
+        }
         let f = OpenOptions::new().read(true).append(write).open(path)?;
         Ok(Arc::new(RealFile(f)))
     }
@@ -194,6 +214,9 @@ impl Storage for RealStorage {
         }
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        if nowait::active() {
+            return Err(nowait::would_wait("reading a whole file"));
+        }
         std::fs::read(path)
     }
 }

@@ -297,24 +297,27 @@ impl Store {
         i.check_open()?;
         keys::validate_bucket(bucket)?;
         keys::validate_key(key)?;
-        i.c.gets.fetch_add(1, Ordering::Relaxed);
         let lk = keys::object_key(bucket, key);
-        // The segment list first: a journal compaction that drops the record after the ledger
-        // lookup below (because a newer write replaced it) cannot take it from this list.
-        let segments = i.journal.segments();
-        let Some(lv) = i.lookup(&lk)? else {
-            return Ok(None);
-        };
-        if lv.tombstone {
-            return Ok(None);
-        }
-        let rec = i.journal.read_pinned(&segments, lv.sqn, &lk)?;
-        check_value(&rec.value, &lv)?;
-        Ok(Some(Object {
-            sqn: lv.sqn,
-            value: rec.value,
-            metadata: lv.metadata,
-        }))
+        let found = (|| {
+            // The segment list first: a journal compaction that drops the record after the
+            // ledger lookup below (because a newer write replaced it) cannot take it from it.
+            let segments = i.journal.segments();
+            let Some(lv) = i.lookup(&lk)? else {
+                return Ok(None);
+            };
+            if lv.tombstone {
+                return Ok(None);
+            }
+            let rec = i.journal.read_pinned(&segments, lv.sqn, &lk)?;
+            check_value(&rec.value, &lv)?;
+            Ok(Some(Object {
+                sqn: lv.sqn,
+                value: rec.value,
+                metadata: lv.metadata,
+            }))
+        })();
+        count_read(&i.c.gets);
+        found
     }
 
     /// Metadata of (bucket, key) from the ledger alone; never reads the journal.
@@ -323,9 +326,10 @@ impl Store {
         i.check_open()?;
         keys::validate_bucket(bucket)?;
         keys::validate_key(key)?;
-        i.c.heads.fetch_add(1, Ordering::Relaxed);
         let lk = keys::object_key(bucket, key);
-        Ok(i.lookup(&lk)?.filter(|v| !v.tombstone).map(|v| Head {
+        let found = i.lookup(&lk);
+        count_read(&i.c.heads);
+        Ok(found?.filter(|v| !v.tombstone).map(|v| Head {
             sqn: v.sqn,
             value_size: v.value_size,
             value_hash: v.value_hash,
@@ -538,6 +542,14 @@ impl Inner {
         }
         let version = self.version.read().clone();
         version.get(lk)
+    }
+}
+
+/// Count a read, unless it is an attempt without waiting that would have waited (it will be
+/// made again, and counted then).
+fn count_read(counter: &AtomicU64) {
+    if !crate::storage::nowait::blocked() {
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 

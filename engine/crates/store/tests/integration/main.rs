@@ -15,6 +15,7 @@ mod idle_threads;
 mod io_faults;
 mod lazy_journal_index;
 mod model;
+mod reads_without_waiting;
 mod regressions;
 #[path = "../sim/mod.rs"]
 mod sim;

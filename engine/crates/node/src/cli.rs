@@ -705,8 +705,18 @@ async fn run_cmd(cmd: ClientCmd) -> Result<()> {
             if conn.json {
                 let enc = value_encoding.unwrap_or(Encoding::Base64);
                 let spell = |b: &[u8], what| enc.spell(b, what, "--value-encoding");
-                let siblings = r
-                    .siblings
+                // One live value comes as `value` alone; the JSON lists it as the one sibling.
+                let lone = [pb::Sibling {
+                    value: r.value.clone(),
+                    metadata: r.metadata.clone(),
+                    timestamp_us: r.timestamp_us,
+                }];
+                let all = if r.siblings.is_empty() {
+                    &lone[..]
+                } else {
+                    &r.siblings[..]
+                };
+                let siblings = all
                     .iter()
                     .map(|s| {
                         Ok(json!({"value": spell(&s.value, "a sibling's value")?, "metadata": spell(&s.metadata, "a sibling's metadata")?, "timestamp_us": s.timestamp_us}))

@@ -313,14 +313,24 @@ impl pb::kv_server::Kv for KvService {
             match self.coordinator.get(read, self.deadline(&meta)).await? {
                 ReadOutcome::Found {
                     merged,
-                    contents,
+                    mut contents,
                     sqn,
                 } => {
-                    let siblings = siblings_of(&merged, &contents);
-                    let latest = latest_live(&merged);
+                    // Siblings only when there are several: a lone value is `value` alone.
+                    let siblings = if contents.len() > 1 {
+                        siblings_of(&merged, &contents)
+                    } else {
+                        Vec::new()
+                    };
+                    let latest = latest_live(&merged).filter(|&i| i < contents.len());
+                    let timestamp_us = latest
+                        .and_then(|i| merged.live().nth(i))
+                        .map_or(0, |s| s.meta.timestamp_us);
                     let (value, metadata) = latest
-                        .and_then(|i| contents.get(i))
-                        .map(|c| (c.value.clone(), c.metadata.clone()))
+                        .map(|i| {
+                            let c = contents.swap_remove(i);
+                            (c.value, c.metadata)
+                        })
                         .unwrap_or_default();
                     Ok(pb::GetResponse {
                         sqn,
@@ -328,6 +338,7 @@ impl pb::kv_server::Kv for KvService {
                         metadata,
                         context: encode_context(&merged.context()),
                         siblings,
+                        timestamp_us,
                     })
                 }
                 ReadOutcome::NotFound { context } => Err(not_found(context)),

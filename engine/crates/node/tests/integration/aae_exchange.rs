@@ -7,7 +7,7 @@ use crate::common;
 use levee_proto::v1 as pb;
 
 use common::cluster::{nodes_of, preflist, replicas, Down};
-use common::load::{get_r1, key, lazy, metric, quorum, sibling_values};
+use common::load::{get_r1, key, lazy, live_values, metric, quorum, sibling_values};
 
 const KEYS: usize = 200;
 /// Keys given a newer version on one replica only.
@@ -517,7 +517,7 @@ async fn an_exchange_round_restores_values_a_replica_lost_from_its_journal() {
     for &i in &lost {
         let k = key(i);
         let g = get_r1(n3, &k).await;
-        let got: Vec<&[u8]> = g.siblings.iter().map(|s| s.value.as_slice()).collect();
+        let got = live_values(&g);
         assert!(
             got == [value(i).as_bytes()],
             "{k} through n3: {:?}",

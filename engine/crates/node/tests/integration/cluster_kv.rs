@@ -39,7 +39,12 @@ fn get(bt: &str, key: &str) -> pb::GetRequest {
     }
 }
 
+/// Every live value a GET returned (`value` alone when there is one).
 fn values(r: &pb::GetResponse) -> Vec<String> {
+    if r.siblings.is_empty() {
+        return vec![String::from_utf8(r.value.clone()).unwrap()];
+    }
+    assert!(r.siblings.len() > 1, "a lone sibling was sent twice: {r:?}");
     let mut v: Vec<String> = r
         .siblings
         .iter()

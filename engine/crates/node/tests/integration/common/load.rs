@@ -96,11 +96,20 @@ pub async fn get_r1(addr: &str, key: &str) -> pb::GetResponse {
 }
 
 /// The values of a read, without their padding.
+/// Every live value a GET returned: `value` alone when the key holds one, else the siblings.
+pub fn live_values(g: &pb::GetResponse) -> Vec<&[u8]> {
+    if g.siblings.is_empty() {
+        vec![g.value.as_slice()]
+    } else {
+        g.siblings.iter().map(|s| s.value.as_slice()).collect()
+    }
+}
+
 pub fn sibling_values(g: &pb::GetResponse) -> Vec<String> {
-    g.siblings
-        .iter()
-        .map(|s| {
-            let v = String::from_utf8(s.value.clone()).unwrap();
+    live_values(g)
+        .into_iter()
+        .map(|b| {
+            let v = String::from_utf8(b.to_vec()).unwrap();
             v.split_once("-x")
                 .map_or(v.clone(), |(head, _)| head.to_string())
         })

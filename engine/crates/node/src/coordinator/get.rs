@@ -8,11 +8,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use levee_cluster::{
     Clock, ConflictPolicy, Content, GetDecision, GetTracker, HeadReply, Object, ReadOptions,
     ReplicaRole, SiblingMeta, SiblingSet, Target, ValueFetch,
 };
-use tokio::sync::mpsc::UnboundedReceiver;
 use tonic::Status;
 
 use super::{failure_of, Coordinator};
@@ -60,6 +61,11 @@ fn is_moved(s: &Status) -> bool {
 /// A replica's HEAD: target index, reply, the object's sequence number, the error if it failed.
 type HeadMessage = (usize, HeadReply, u64, Option<Status>);
 
+/// The HEADs of a read still under way, polled by the read itself and then by its read repair
+/// (no task per replica: a local HEAD answered from memory completes on its first poll).
+type Heads =
+    FuturesUnordered<std::pin::Pin<Box<dyn std::future::Future<Output = HeadMessage> + Send>>>;
+
 /// Replica objects fetched during a read, by target index.
 type Fetched = HashMap<usize, Stored>;
 
@@ -97,35 +103,34 @@ impl Coordinator {
         let targets = plan.targets.targets.clone();
         let roles = ReplicaRole::of_targets(&plan.targets);
         let mut tracker = GetTracker::new(quorum, props.conflict, &roles);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut heads = Heads::new();
         for (i, t) in targets.iter().enumerate() {
-            let (me, view, t, tx) = (self.clone(), plan.view.clone(), t.clone(), tx.clone());
+            let (me, view, t) = (self.clone(), plan.view.clone(), t.clone());
             let (b, k) = (r.bucket.clone(), r.key.clone());
-            tokio::spawn(async move {
-                let (reply, sqn) = match me.head_replica(&view, &t, b, k, deadline).await {
-                    Ok((set, _, _)) if set.is_empty() => (HeadReply::NotFound, 0),
+            heads.push(Box::pin(async move {
+                match me.head_replica(&view, &t, b, k, deadline).await {
+                    Ok((set, _, _)) if set.is_empty() => (i, HeadReply::NotFound, 0, None),
                     Ok((siblings, queue_len, sqn)) => (
+                        i,
                         HeadReply::Found {
                             siblings,
                             queue_len,
                         },
                         sqn,
+                        None,
                     ),
                     Err(s) => {
                         log::debug!("HEAD of {} p{} failed: {s}", t.node, t.partition);
-                        let _ = tx.send((i, HeadReply::Failed(failure_of(&s)), 0, Some(s)));
-                        return;
+                        (i, HeadReply::Failed(failure_of(&s)), 0, Some(s))
                     }
-                };
-                let _ = tx.send((i, reply, sqn, None));
-            });
+                }
+            }));
         }
-        drop(tx);
         let mut sqns = vec![0u64; targets.len()];
         let mut overload = super::put::LastOverload::default();
         let mut decision = tracker.decision();
         while decision == GetDecision::Wait {
-            decision = match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+            decision = match tokio::time::timeout_at(deadline.into(), heads.next()).await {
                 Ok(Some((i, reply, sqn, err))) => {
                     if let Some(s) = &err {
                         overload.note(s);
@@ -181,7 +186,12 @@ impl Coordinator {
             policy: props.conflict,
             deadline,
         };
-        tokio::spawn(self.clone().read_repair(repair, tracker, rx, fetched));
+        // Run the repair here as far as it goes without waiting (all HEADs in and nothing to
+        // repair: done); only a repair that waits gets a task of its own.
+        let mut repair = Box::pin(self.clone().read_repair(repair, tracker, heads, fetched));
+        if (&mut repair).now_or_never().is_none() {
+            tokio::spawn(repair);
+        }
         Ok(outcome)
     }
 
@@ -254,11 +264,11 @@ impl Coordinator {
         self: Arc<Self>,
         repair: Repair,
         mut tracker: GetTracker,
-        mut rx: UnboundedReceiver<HeadMessage>,
+        mut heads: Heads,
         mut fetched: Fetched,
     ) {
         while !tracker.complete() {
-            match tokio::time::timeout_at(repair.deadline.into(), rx.recv()).await {
+            match tokio::time::timeout_at(repair.deadline.into(), heads.next()).await {
                 Ok(Some((i, reply, _, _))) => {
                     let _ = tracker.add(i, reply);
                 }

@@ -1,4 +1,5 @@
-//! `levee-bench run <scenario.toml> [--out DIR [--force]] [--driver NAME] [--duration D] [--quiet]`
+//! `levee-bench run <scenario.toml> [--out DIR [--force]] [--driver NAME] [--duration D]
+//!   [--compact-journal-every D] [--quiet]`
 //! `levee-bench compare <run dir>... --out compare.png [--op get]`
 
 use std::path::PathBuf;
@@ -53,6 +54,10 @@ enum Cmd {
         /// Override the scenario's compression: none, lz4 or zstd (levee, rocksdb, rocksdb-blob).
         #[arg(long)]
         compression: Option<String>,
+        /// Override the scenario's explicit maintenance interval (levee's journal compaction,
+        /// e.g. 30s; other engines compact on their own and ignore it).
+        #[arg(long)]
+        compact_journal_every: Option<String>,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -127,11 +132,15 @@ fn main() -> Result<()> {
             data_dir,
             address,
             compression,
+            compact_journal_every,
             quiet,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
             if compression.is_some() {
                 s.compression = compression;
+            }
+            if compact_journal_every.is_some() {
+                s.compact_journal_every = compact_journal_every;
             }
             if let Some(d) = driver {
                 s.driver = d;

@@ -951,16 +951,19 @@ async fn a_cached_read_runs_on_the_reactor_and_a_read_from_disk_on_the_pool() {
         "a GET of cached data (a HEAD, then the value) ran on the pool"
     );
 
-    evict_all(dir.path());
-    let g = kv.get(get()).await.unwrap().into_inner();
-    assert_eq!(g.value, value, "the value read from disk");
-    let (r2, p2) = read_paths(&node);
-    assert_eq!(r2 - r1 + p2 - p1, 2.0, "one HEAD and one value read");
-    assert!(
-        p2 - p1 >= 1.0,
-        "the value's read from an evicted journal was answered on the reactor \
-         (reactor +{}, pool +{})",
-        r2 - r1,
-        p2 - p1
-    );
+    // The kernel may keep a page that is busy at that moment (a loaded machine): evict again
+    // until a read goes to the pool, a few times at most.
+    let (mut r1, mut p1) = (r1, p1);
+    for _ in 0..10 {
+        evict_all(dir.path());
+        let g = kv.get(get()).await.unwrap().into_inner();
+        assert_eq!(g.value, value, "the value read from disk");
+        let (r2, p2) = read_paths(&node);
+        assert_eq!(r2 - r1 + p2 - p1, 2.0, "one HEAD and one value read");
+        if p2 - p1 >= 1.0 {
+            return;
+        }
+        (r1, p1) = (r2, p2);
+    }
+    panic!("the value's read from an evicted journal was answered on the reactor, 10 times");
 }

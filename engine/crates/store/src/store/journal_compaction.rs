@@ -57,19 +57,27 @@ impl Inner {
     /// Whether the record may still be needed: the ledger points at it, replay may need it, or the
     /// write that replaced it is not yet durable (a power cut would lose that write and leave the
     /// ledger pointing here again).
+    ///
+    /// `durable`: the journal's synced SQN, read by the caller before the records it checks
+    /// (it only grows, so an older value keeps more records, never fewer).
     pub(super) fn record_is_live(
         &self,
         sqn: Sqn,
         ledger_key: &[u8],
         protected: Sqn,
+        durable: Sqn,
     ) -> Result<bool> {
         if sqn > protected {
             return Ok(true);
         }
-        let durable = self.sync.lock().synced;
         Ok(self
             .lookup(ledger_key)?
             .is_some_and(|v| v.sqn == sqn || v.sqn > durable))
+    }
+
+    /// The journal's synced SQN now (see `record_is_live`).
+    fn durable_sqn(&self) -> Sqn {
+        self.sync.lock().synced
     }
 
     /// Percentage of a segment's bytes still live, from a contiguous sample of its records.
@@ -81,11 +89,13 @@ impl Inner {
         let n = self.cfg.compaction_sample_records.min(entries.len());
         let start = (seed as usize) % (entries.len() - n + 1);
         let (mut live, mut total) = (0u64, 0u64);
-        for e in &entries[start..start + n] {
-            let raw = seg.read_raw(*e)?;
-            let rec = record::decode(&raw)?;
+        let sample = &entries[start..start + n];
+        let mut reader = segment::SpanReader::new(seg, sample);
+        let durable = self.durable_sqn();
+        for e in sample {
+            let rec = record::decode(reader.record(*e)?)?;
             total += e.len as u64;
-            if self.record_is_live(rec.sqn, rec.ledger_key, protected)? {
+            if self.record_is_live(rec.sqn, rec.ledger_key, protected, durable)? {
                 live += e.len as u64;
             }
         }
@@ -184,19 +194,22 @@ impl Inner {
         let (mut packed, mut rewritten) = (Vec::new(), Vec::new());
         let rewrite = (|| -> Result<()> {
             for seg in run {
-                for e in seg.entries()? {
+                let entries = seg.entries()?;
+                let mut reader = segment::SpanReader::new(seg, &entries);
+                let durable = self.durable_sqn();
+                for &e in &entries {
                     if self.closed.load(Ordering::Acquire) {
                         return Err(Error::Closed);
                     }
-                    let raw = seg.read_raw(e)?;
-                    let rec = record::decode(&raw).map_err(|err| {
+                    let raw = reader.record(e)?;
+                    let rec = record::decode(raw).map_err(|err| {
                         Error::Corruption(format!(
                             "compacting {} (sqn {}): {err}",
                             seg.path.display(),
                             e.sqn
                         ))
                     })?;
-                    if !self.record_is_live(rec.sqn, rec.ledger_key, protected)? {
+                    if !self.record_is_live(rec.sqn, rec.ledger_key, protected, durable)? {
                         report.records_dropped += 1;
                         continue;
                     }
@@ -215,7 +228,7 @@ impl Inner {
                         writer = Some(w);
                     }
                     let out = self.recompressed(&rec, &mut packed, &mut rewritten)?;
-                    let out = if out { &rewritten[..] } else { &raw[..] };
+                    let out = if out { &rewritten[..] } else { raw };
                     writer.as_mut().unwrap().append(rec.sqn, out)?;
                     self.c
                         .journal_bytes

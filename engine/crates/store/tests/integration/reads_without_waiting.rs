@@ -78,14 +78,17 @@ fn a_get_of_evicted_data_would_wait_counts_nothing_and_then_reads_normally() {
     let s = written(d.path());
     let all = extensions(d.path());
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    assert!(evict(d.path(), &all) > 0);
-    let before = s.stats();
-
-    let r = without_waiting(|| s.get(b"b", b"k07"));
+    // The kernel may keep a page that is busy at that moment (a loaded machine): evict again
+    // until the read is refused, a few times at most.
+    let mut before = s.stats();
+    let refused = (0..10).any(|_| {
+        assert!(evict(d.path(), &all) > 0);
+        before = s.stats();
+        without_waiting(|| s.get(b"b", b"k07")).is_none()
+    });
     assert!(
-        r.is_none(),
-        "a GET of evicted data was answered without waiting: {:?}",
-        r.map(|r| r.map(|o| o.map(|o| o.sqn)))
+        refused,
+        "a GET of evicted data was answered without waiting, 10 evictions in a row"
     );
     let after = s.stats();
     assert_eq!(after.gets, before.gets, "the refused attempt was counted");
@@ -127,14 +130,19 @@ fn a_head_needs_only_the_ledger_in_memory() {
         extensions(d.path())
     );
     let others: Vec<&str> = others.iter().map(String::as_str).collect();
-    evict(d.path(), &others);
-
-    let h = without_waiting(|| s.head(b"b", b"k03"))
-        .expect("a HEAD waited for a file other than the ledger's")
-        .unwrap()
-        .unwrap();
-    assert_eq!(h.metadata, b"meta");
-    // While a GET of the same key needs the journal.
-    assert!(without_waiting(|| s.get(b"b", b"k03")).is_none());
-    s.close().unwrap();
+    // The HEAD first, then a GET of the same key as the control: refused, it shows the journal
+    // was out of memory when the HEAD ran (the kernel may keep a busy page: evict again then).
+    for _ in 0..10 {
+        evict(d.path(), &others);
+        let h = without_waiting(|| s.head(b"b", b"k03"))
+            .expect("a HEAD waited for a file other than the ledger's")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.metadata, b"meta");
+        if without_waiting(|| s.get(b"b", b"k03")).is_none() {
+            s.close().unwrap();
+            return;
+        }
+    }
+    panic!("the journal stayed in memory through 10 evictions: the HEAD proved nothing");
 }

@@ -191,6 +191,8 @@ impl Inner {
             })
         };
         let mut moved = 0u64;
+        // Bytes of the current output already synced.
+        let mut synced_at = 0u64;
         let (mut packed, mut rewritten) = (Vec::new(), Vec::new());
         let rewrite = (|| -> Result<()> {
             for seg in run {
@@ -226,10 +228,19 @@ impl Inner {
                         let w = new_output()?;
                         outputs.push(w.seg.clone());
                         writer = Some(w);
+                        synced_at = 0;
                     }
                     let out = self.recompressed(&rec, &mut packed, &mut rewritten)?;
                     let out = if out { &rewritten[..] } else { raw };
-                    writer.as_mut().unwrap().append(rec.sqn, out)?;
+                    let w = writer.as_mut().unwrap();
+                    w.append(rec.sqn, out)?;
+                    // Write the output back as it grows, as the syncer does for the active
+                    // segment: one fdatasync of a whole output at its end kept the disk busy for
+                    // seconds, and synced writes queued behind it.
+                    if w.size - synced_at >= self.cfg.journal_bytes_per_sync.max(1) {
+                        JournalWriter::sync(&*w.file)?;
+                        synced_at = w.size;
+                    }
                     self.c
                         .journal_bytes
                         .fetch_add(out.len() as u64, Ordering::Relaxed);

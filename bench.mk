@@ -7,7 +7,7 @@
 # BENCH_DURATION overrides every scenario's duration (e.g. BENCH_DURATION=60s make bench).
 # BENCH_COMPACT_EVERY has levee compact its journal that often during each run (e.g. 30s), as a
 # node's scheduler would; unset, levee runs outside any compaction window and its journal grows
-# with every update (≈ 37 GB in 5 minutes of 8k_nosync on the reference box).
+# with every update (an estimated 37 GB in 5 minutes of 8k_nosync on the reference box).
 
 BENCH_CARGO ?= cargo
 BENCH_BIN := engine/target/release/levee-bench

@@ -18,7 +18,7 @@ fn read_csv(p: &Path) -> Result<Vec<Vec<f64>>> {
     parse_csv(&text).with_context(|| format!("reading {}", p.display()))
 }
 
-fn parse_csv(text: &str) -> Result<Vec<Vec<f64>>> {
+pub(crate) fn parse_csv(text: &str) -> Result<Vec<Vec<f64>>> {
     let mut lines = text.lines().enumerate();
     let Some((_, header)) = lines.next() else {
         bail!("empty file, no header");

@@ -23,10 +23,13 @@ pub trait Driver: Send + Sync {
     /// Number of results of an integer range query.
     fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize>;
     fn close(&self) -> Result<()>;
-    /// Explicit maintenance the scenario asks for (`compact_journal_every`): levee compacts its
-    /// journal and returns the bytes of the segments before and after; engines that compact on
-    /// their own return `None`.
-    fn maintain(&self) -> Result<Option<(u64, u64)>> {
+    /// Explicit maintenance the scenario asks for (`compact_journal_every`,
+    /// `rebuild_aae_every`): levee compacts its journal (and says the bytes of the segments
+    /// before and after) or rebuilds its AAE tree; engines without it return `None`.
+    fn maintain(
+        &self,
+        _kind: crate::maintenance::Kind,
+    ) -> Result<Option<crate::maintenance::Outcome>> {
         Ok(None)
     }
     /// Directory whose size is the data set's disk usage (None for remote nodes).
@@ -197,9 +200,25 @@ impl Driver for Levee {
         );
         Ok(self.store.close()?)
     }
-    fn maintain(&self) -> Result<Option<(u64, u64)>> {
-        let r = self.store.compact_journal()?;
-        Ok(Some((r.bytes_before, r.bytes_after)))
+    fn maintain(
+        &self,
+        kind: crate::maintenance::Kind,
+    ) -> Result<Option<crate::maintenance::Outcome>> {
+        use crate::maintenance::{Kind, Outcome};
+        Ok(Some(match kind {
+            Kind::JournalCompaction => {
+                let r = self.store.compact_journal()?;
+                Outcome {
+                    bytes_before: r.bytes_before,
+                    bytes_after: r.bytes_after,
+                }
+            }
+            Kind::AaeRebuild | Kind::AaeRebuildJournalCheck => {
+                self.store
+                    .rebuild_aae(kind == Kind::AaeRebuildJournalCheck)?;
+                Outcome::default()
+            }
+        }))
     }
     fn data_dir(&self) -> Option<PathBuf> {
         Some(self.dir.clone())

@@ -7,5 +7,6 @@ pub mod charts;
 pub mod drivers;
 pub mod generators;
 pub mod leveldb;
+pub mod maintenance;
 pub mod runner;
 pub mod scenario;

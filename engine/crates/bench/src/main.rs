@@ -1,5 +1,6 @@
 //! `levee-bench run <scenario.toml> [--out DIR [--force]] [--driver NAME] [--duration D]
-//!   [--compact-journal-every D] [--quiet]`
+//!   [--compact-journal-every D] [--rebuild-aae-every D [--journal-check]] [--quiet]`
+//! `levee-bench drop <run dir>`
 //! `levee-bench compare <run dir>... --out compare.png [--op get]`
 
 use std::path::PathBuf;
@@ -58,6 +59,13 @@ enum Cmd {
         /// e.g. 30s; other engines compact on their own and ignore it).
         #[arg(long)]
         compact_journal_every: Option<String>,
+        /// Override the scenario's AAE rebuild interval (levee's tree rebuilt from a fold of the
+        /// ledger, e.g. 3m; other engines ignore it).
+        #[arg(long)]
+        rebuild_aae_every: Option<String>,
+        /// The AAE rebuilds check each object's journal record too.
+        #[arg(long)]
+        journal_check: bool,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -72,6 +80,12 @@ enum Cmd {
         /// Runtime worker threads (`levee serve` uses one per core).
         #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
         threads: usize,
+    },
+    /// The throughput drop while maintenance ran (maintenance.csv) against windows with none,
+    /// per kind of maintenance, over the run and its second half (docs/benchmarks.md).
+    Drop {
+        /// A run directory with summary.csv and maintenance.csv.
+        run: PathBuf,
     },
     /// Draw several runs side by side and print a markdown table of ratios to the first.
     Compare {
@@ -133,6 +147,8 @@ fn main() -> Result<()> {
             address,
             compression,
             compact_journal_every,
+            rebuild_aae_every,
+            journal_check,
             quiet,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
@@ -141,6 +157,12 @@ fn main() -> Result<()> {
             }
             if compact_journal_every.is_some() {
                 s.compact_journal_every = compact_journal_every;
+            }
+            if rebuild_aae_every.is_some() {
+                s.rebuild_aae_every = rebuild_aae_every;
+            }
+            if journal_check {
+                s.rebuild_aae_journal_check = true;
             }
             if let Some(d) = driver {
                 s.driver = d;
@@ -184,6 +206,7 @@ fn main() -> Result<()> {
                 png.display()
             );
         }
+        Cmd::Drop { run } => print!("{}", levee_bench::maintenance::report(&run)?),
         Cmd::Compare { runs, out, op } => {
             let table = charts::compare(&runs, &out, &op)?;
             println!("{table}");

@@ -1,8 +1,8 @@
 //! The load loop and basho_bench-compatible output: `summary.csv`, `<label>_latencies.csv` (µs,
 //! HDR histograms per window; the label is the operation's name with `_` written as `-`, as
 //! basho_bench names its files), `errors.csv`, plus `resources.csv` (device bytes written from
-//! /proc/self/io, disk usage, RSS, CPU), `maintenance.csv` (explicit journal compactions, when the
-//! scenario asks for them) and `meta.txt`.
+//! /proc/self/io, disk usage, RSS, CPU), `maintenance.csv` (explicit journal compactions and AAE
+//! rebuilds, when the scenario asks for them: maintenance.rs) and `meta.txt`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -25,7 +25,6 @@ pub const SUMMARY_HEADER: &str = "elapsed, window, total, successful, failed";
 pub const LATENCY_HEADER: &str =
     "elapsed, window, n, min, mean, median, 95th, 99th, 99_9th, max, errors";
 pub const ERRORS_HEADER: &str = "\"error\",\"count\"";
-pub const MAINTENANCE_HEADER: &str = "elapsed, seconds, bytes_before, bytes_after, error";
 pub const RESOURCES_HEADER: &str =
     "elapsed, window, device_write_bytes, disk_bytes, rss_bytes, cpu_seconds";
 
@@ -243,38 +242,15 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
         })
         .collect();
 
-    // Explicit maintenance (levee journal compaction), one row per call in maintenance.csv.
-    let maintenance = match s.compaction_interval()? {
-        None => None,
-        Some(every) => {
-            let (driver, stop) = (driver.clone(), stop.clone());
-            let mut log = std::fs::File::create(out.join("maintenance.csv"))?;
-            writeln!(log, "{MAINTENANCE_HEADER}")?;
-            Some(std::thread::spawn(move || -> Result<()> {
-                let mut next = start + every;
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    if Instant::now() < next {
-                        std::thread::sleep(Duration::from_millis(100));
-                        continue;
-                    }
-                    let t = Instant::now();
-                    let (before, after, error) = match driver.maintain() {
-                        Ok(Some((b, a))) => (b, a, String::new()),
-                        Ok(None) => break,
-                        Err(e) => (0, 0, e.to_string().replace(',', ";")),
-                    };
-                    writeln!(
-                        log,
-                        "{:.3}, {:.3}, {before}, {after}, {error}",
-                        (t - start).as_secs_f64(),
-                        t.elapsed().as_secs_f64()
-                    )?;
-                    next = Instant::now() + every;
-                }
-                Ok(())
-            }))
-        }
-    };
+    // Explicit maintenance (levee journal compaction, AAE rebuilds): maintenance.csv.
+    let maintenance = crate::maintenance::spawn(
+        driver.clone(),
+        s.maintenance()?,
+        out,
+        start,
+        deadline,
+        stop.clone(),
+    )?;
 
     // Reporter: one row per window.
     let mut summary = std::fs::File::create(out.join("summary.csv"))?;

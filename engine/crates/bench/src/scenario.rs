@@ -15,6 +15,8 @@
 //! type = "fixed_bin"            # fixed_bin (size) | exponential_bin (min, mean) | uniform_bin (min, max)
 //! size = 8192
 //! compact_journal_every = "10s"  # optional: explicit maintenance (levee journal compaction)
+//! rebuild_aae_every = "3m"       # optional: levee AAE tree rebuilds
+//! rebuild_aae_journal_check = false  # optional: rebuilds check each object's journal record
 //! compressible = 0.75            # optional: share of each value that is text (default 0: random)
 //! compression = "lz4"            # optional: levee's compression_method, RocksDB's compression
 //! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
@@ -56,6 +58,12 @@ pub struct Scenario {
     /// "10s". Off by default.
     #[serde(default)]
     pub compact_journal_every: Option<String>,
+    /// Ask the driver to rebuild its AAE tree this often (levee), e.g. "3m". Off by default.
+    #[serde(default)]
+    pub rebuild_aae_every: Option<String>,
+    /// Whether those rebuilds check each object's journal record (leveled's journal check).
+    #[serde(default)]
+    pub rebuild_aae_journal_check: bool,
     /// gRPC driver: node address.
     #[serde(default)]
     pub address: Option<String>,
@@ -182,18 +190,33 @@ impl Scenario {
         Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
     }
 
-    /// `compact_journal_every` as a duration.
-    pub fn compaction_interval(&self) -> Result<Option<Duration>> {
-        match &self.compact_journal_every {
-            None => Ok(None),
-            Some(t) => {
-                let d = parse_duration(t).context("compact_journal_every")?;
+    /// The explicit maintenance asked for: (kind, interval) from `compact_journal_every` and
+    /// `rebuild_aae_every`.
+    pub fn maintenance(&self) -> Result<Vec<(crate::maintenance::Kind, Duration)>> {
+        use crate::maintenance::Kind;
+        let rebuild = if self.rebuild_aae_journal_check {
+            Kind::AaeRebuildJournalCheck
+        } else {
+            Kind::AaeRebuild
+        };
+        let mut out = Vec::new();
+        for (name, value, kind) in [
+            (
+                "compact_journal_every",
+                &self.compact_journal_every,
+                Kind::JournalCompaction,
+            ),
+            ("rebuild_aae_every", &self.rebuild_aae_every, rebuild),
+        ] {
+            if let Some(t) = value {
+                let d = parse_duration(t).context(name)?;
                 if d.is_zero() {
-                    bail!("compact_journal_every must be positive");
+                    bail!("{name} must be positive");
                 }
-                Ok(Some(d))
+                out.push((kind, d));
             }
         }
+        Ok(out)
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -224,7 +247,10 @@ impl Scenario {
                 bail!("unknown operation `{op}` (known: {})", OPS.join(", "));
             }
         }
-        self.compaction_interval()?;
+        self.maintenance()?;
+        if self.rebuild_aae_journal_check && self.rebuild_aae_every.is_none() {
+            bail!("rebuild_aae_journal_check needs rebuild_aae_every");
+        }
         if self.driver == "grpc" && self.address.is_none() {
             bail!("driver = \"grpc\" needs address = \"host:port\"");
         }

@@ -417,11 +417,14 @@ fn scenario_library_files_all_parse() {
 }
 
 #[test]
-fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
+fn levee_maintenance_runs_on_schedule_and_peers_skip_it() {
+    use levee_bench::maintenance::{self, Kind};
     for (driver, expect_rows) in [("levee", true), ("rocksdb", false)] {
         let out = tempfile::tempdir().unwrap();
         let mut s = scenario(driver, r#"[["get", 1], ["update", 4]]"#);
         s.compact_journal_every = Some("300ms".into());
+        s.rebuild_aae_every = Some("400ms".into());
+        s.rebuild_aae_journal_check = true;
         s.validate().unwrap();
         let r = run_and_check(
             &s,
@@ -431,18 +434,33 @@ fn levee_journal_compaction_runs_on_schedule_and_peers_skip_it() {
         assert_eq!(r.failed, 0, "{driver}");
         let text = std::fs::read_to_string(out.path().join("maintenance.csv")).unwrap();
         let mut lines = text.lines();
-        assert_eq!(lines.next(), Some(runner::MAINTENANCE_HEADER));
+        assert_eq!(lines.next(), Some(maintenance::HEADER));
         let rows: Vec<&str> = lines.collect();
         assert_eq!(!rows.is_empty(), expect_rows, "{driver}: {text}");
-        for row in rows {
+        for row in &rows {
             let f: Vec<&str> = row.split(", ").collect();
-            assert_eq!(f.len(), 5, "{row}");
-            assert_eq!(f[4], "", "{driver}: compaction failed: {row}");
+            assert_eq!(f.len(), 6, "{row}");
+            assert_eq!(f[5], "", "{driver}: maintenance failed: {row}");
+        }
+        let calls = maintenance::parse_calls(&text).unwrap();
+        if expect_rows {
+            for kind in [Kind::JournalCompaction, Kind::AaeRebuildJournalCheck] {
+                assert!(calls.iter().any(|c| c.kind == kind), "no {kind:?}: {text}");
+            }
+            let table = maintenance::report(out.path()).unwrap();
+            assert!(table.contains("| journal_compaction |"), "{table}");
+            assert!(table.contains("| aae_rebuild_journal_check |"), "{table}");
+        } else {
+            assert!(maintenance::report(out.path()).is_err());
         }
     }
     let mut s = scenario("levee", r#"[["get", 1]]"#);
     s.compact_journal_every = Some("0s".into());
     assert!(s.validate().is_err());
+    let mut s = scenario("levee", r#"[["get", 1]]"#);
+    s.rebuild_aae_journal_check = true;
+    let e = format!("{:#}", s.validate().unwrap_err());
+    assert!(e.contains("needs rebuild_aae_every"), "{e}");
 }
 
 /// The `levee` node binary: `LEVEE_NODE_BIN` when set (`make engine-test` points it at the binary its

@@ -85,7 +85,9 @@ pub fn spawn(
     let mut log =
         std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     writeln!(log, "{HEADER}")?;
-    Ok(Some(std::thread::spawn(move || -> Result<()> {
+    // Named, so a profiler can pick this thread out (`perf record -t`).
+    let thread = std::thread::Builder::new().name("maintenance".into());
+    Ok(Some(thread.spawn(move || -> Result<()> {
         let mut due: Vec<Duration> = tasks.iter().map(|(_, every)| *every).collect();
         while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
             let Some(i) = next_task(&due).filter(|&i| due[i] != Duration::MAX) else {
@@ -118,7 +120,7 @@ pub fn spawn(
             due[i] = start.elapsed() + every;
         }
         Ok(())
-    })))
+    })?))
 }
 
 /// A maintenance call as `maintenance.csv` records it.

@@ -109,6 +109,7 @@ pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>
             sync,
             compression,
             s.compression_point.as_deref().unwrap_or("on_receipt"),
+            s.compaction_mb_per_sec,
         )?),
         "rocksdb" => Arc::new(Rocks::open(dir, sync, false, compression)?),
         "rocksdb-blob" => Arc::new(Rocks::open(dir, sync, true, compression)?),
@@ -129,7 +130,13 @@ pub struct Levee {
 }
 
 impl Levee {
-    fn open(dir: &Path, sync: bool, compression: &str, point: &str) -> Result<Levee> {
+    fn open(
+        dir: &Path,
+        sync: bool,
+        compression: &str,
+        point: &str,
+        compaction_mb_per_sec: Option<u64>,
+    ) -> Result<Levee> {
         let cfg = levee_store::Config {
             sync_on_write: if sync {
                 levee_store::SyncMode::Sync
@@ -138,6 +145,7 @@ impl Levee {
             },
             compression_method: compression.parse()?,
             compression_point: point.parse()?,
+            compaction_bytes_per_sec: compaction_mb_per_sec.map(|m| m * 1_000_000),
             ..levee_store::Config::default()
         };
         Ok(Levee {

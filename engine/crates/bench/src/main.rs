@@ -1,5 +1,6 @@
 //! `levee-bench run <scenario.toml> [--out DIR [--force]] [--driver NAME] [--duration D]
-//!   [--compact-journal-every D] [--rebuild-aae-every D [--journal-check]] [--quiet]`
+//!   [--compact-journal-every D [--compaction-mb-per-sec N]]
+//!   [--rebuild-aae-every D [--journal-check]] [--quiet]`
 //! `levee-bench drop <run dir>`
 //! `levee-bench compare <run dir>... --out compare.png [--op get]`
 
@@ -66,6 +67,9 @@ enum Cmd {
         /// The AAE rebuilds check each object's journal record too.
         #[arg(long)]
         journal_check: bool,
+        /// levee only: pace journal compaction to this many MB/s of reads + writes.
+        #[arg(long)]
+        compaction_mb_per_sec: Option<u64>,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -149,6 +153,7 @@ fn main() -> Result<()> {
             compact_journal_every,
             rebuild_aae_every,
             journal_check,
+            compaction_mb_per_sec,
             quiet,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
@@ -163,6 +168,9 @@ fn main() -> Result<()> {
             }
             if journal_check {
                 s.rebuild_aae_journal_check = true;
+            }
+            if compaction_mb_per_sec.is_some() {
+                s.compaction_mb_per_sec = compaction_mb_per_sec;
             }
             if let Some(d) = driver {
                 s.driver = d;

@@ -366,13 +366,16 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     for w in workers {
         w.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?;
     }
+    // The load ends here: waiting for a maintenance call in flight and for the driver to close
+    // (a flush) is not time the workers had.
+    let load_seconds = start.elapsed().as_secs_f64();
     if let Some(m) = maintenance {
         m.join()
             .map_err(|_| anyhow::anyhow!("the maintenance thread panicked"))??;
     }
     bar.finish_and_clear();
     driver.close()?;
-    result.seconds = start.elapsed().as_secs_f64();
+    result.seconds = load_seconds;
     result.user_bytes_written = user_bytes.load(Ordering::Relaxed);
     result.device_bytes_written = proc_io_write_bytes() - io_start;
     let mut errors = std::fs::File::create(out.join("errors.csv"))?;

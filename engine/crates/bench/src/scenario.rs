@@ -20,6 +20,7 @@
 //! compressible = 0.75            # optional: share of each value that is text (default 0: random)
 //! compression = "lz4"            # optional: levee's compression_method, RocksDB's compression
 //! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
+//! compaction_mb_per_sec = 200    # optional, levee only: journal compaction's pace (unpaced by default)
 //! [preload]
 //! keys = 10000                  # sequential puts of keys 0..keys before the timed run
 //! ```
@@ -78,6 +79,10 @@ pub struct Scenario {
     /// levee only: "on_receipt" (default) or "on_compact".
     #[serde(default)]
     pub compression_point: Option<String>,
+    /// levee only: journal compaction's read + write budget in MB/s (`compaction_bytes_per_sec`);
+    /// unpaced when absent.
+    #[serde(default)]
+    pub compaction_mb_per_sec: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -277,6 +282,16 @@ impl Scenario {
                 bail!("compression_point is levee's: \"on_receipt\" or \"on_compact\", not `{point}` with driver {}", self.driver);
             }
         }
+        match self.compaction_mb_per_sec {
+            Some(0) => {
+                bail!("compaction_mb_per_sec must be at least 1 (leave it out for no pacing)")
+            }
+            Some(_) if self.driver != "levee" => bail!(
+                "compaction_mb_per_sec is levee's journal compaction pace, not for driver {}",
+                self.driver
+            ),
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -320,6 +335,8 @@ mod tests {
             bad("driver = \"rocksdb\"\ncompression_point = \"on_compact\"").contains("levee's")
         );
         assert!(bad("compression_point = \"later\"").contains("on_compact"));
+        assert!(bad("compaction_mb_per_sec = 0").contains("at least 1"));
+        assert!(bad("driver = \"fjall\"\ncompaction_mb_per_sec = 100").contains("levee's"));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));

@@ -256,6 +256,9 @@ pub fn report(run: &Path) -> Result<String> {
     };
     let windows = parse_windows(&read("summary.csv")?).context("in summary.csv")?;
     let calls = parse_calls(&read("maintenance.csv")?).context("in maintenance.csv")?;
+    if calls.is_empty() {
+        bail!("{} records no maintenance call", run.display());
+    }
     let half = windows.last().map_or(0.0, |w| w.end / 2.0);
     let mut out = String::from(
         "| maintenance | calls | mean seconds | part | windows during | ops/s during | quiet windows | ops/s quiet | drop |\n\
@@ -282,9 +285,6 @@ pub fn report(run: &Path) -> Result<String> {
                 d.quiet.1
             ));
         }
-    }
-    if calls.is_empty() {
-        bail!("{} records no maintenance call", run.display());
     }
     Ok(out)
 }

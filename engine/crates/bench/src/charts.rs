@@ -342,7 +342,7 @@ pub fn compare(runs: &[PathBuf], out_png: &Path, op: &str) -> Result<String> {
     if runs.len() < 2 {
         bail!("compare needs at least two run directories");
     }
-    // Runs are keyed by the label in their file names (`index_query` → `index-query`).
+    // Runs are keyed by the label in their file names (`postcode_query` → `postcode-query`).
     let label = crate::runner::basho_label(op);
     let op = label.as_str();
     let data: Vec<RunData> = runs

@@ -2,10 +2,9 @@
 //! REFERENCE.md §5: compression off, same durability (no sync / fdatasync per acknowledged
 //! write), the same cache budget ([`CACHE_BYTES`]) and values from the same random buffer.
 //!
-//! Peers have no secondary indexes of their own. They get the scheme Riak used over eleveldb:
-//! each index entry is an extra key `\xff2i/<field>/<term>/<key>` written in the same write
-//! batch as the object, and a range query is an iterator over those keys ([`index_key`]). Like
-//! levee's index changes in the runner, entries are only added, never removed.
+//! Peers have no secondary indexes of their own: they get the scheme Riak used over eleveldb
+//! (emulated.rs). levee keeps an object's index entries in its metadata; both remove the entries
+//! an update replaces, as a Riak client's GET-then-PUT does.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,15 +12,23 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use levee_proto::v1 as pb;
 
+use crate::emulated::{Emulated, Kv};
+use crate::records::{self, Entry, RangeQuery};
+
 pub trait Driver: Send + Sync {
     /// Whether the key was found.
     fn get(&self, key: &[u8]) -> Result<bool>;
     /// Metadata-only read where the engine has one (levee); a plain read otherwise.
     fn head(&self, key: &[u8]) -> Result<bool>;
-    fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()>;
+    /// Write a new object with these index entries, without reading first.
+    fn put(&self, key: &[u8], value: &[u8], index: &[Entry]) -> Result<()>;
+    /// A GET, then a PUT of `value`: with `Some(entries)` the object's index entries become
+    /// exactly these (those it had and they lack are removed); with `None` it keeps its own.
+    fn update(&self, key: &[u8], value: &[u8], index: Option<&[Entry]>) -> Result<()>;
+    /// Delete the object and its index entries.
     fn delete(&self, key: &[u8]) -> Result<()>;
-    /// Number of results of an integer range query.
-    fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize>;
+    /// Number of results of a range query with return_terms.
+    fn index_query(&self, q: &RangeQuery) -> Result<usize>;
     fn close(&self) -> Result<()>;
     /// Explicit maintenance the scenario asks for (`compact_journal_every`,
     /// `rebuild_aae_every`): levee compacts its journal (and says the bytes of the segments
@@ -47,48 +54,6 @@ pub const CACHE_BYTES: usize = 48 << 20;
 /// `journal_bytes_per_sync`, so neither engine leaves more dirty pages to the OS than the other.
 pub const BYTES_PER_SYNC: u64 = 8 << 20;
 
-/// Prefix of emulated index keys (primary keys are decimal digits, so they never collide).
-const INDEX_PREFIX: &[u8] = b"\xff2i/";
-
-/// An emulated index entry for peers: prefix, field, term (big-endian with the sign bit flipped,
-/// so byte order is numeric order), key.
-pub fn index_key(field: &str, term: i64, key: &[u8]) -> Vec<u8> {
-    let mut k = index_term_prefix(field, term);
-    k.extend_from_slice(key);
-    k
-}
-
-fn index_term_prefix(field: &str, term: i64) -> Vec<u8> {
-    let mut k = INDEX_PREFIX.to_vec();
-    k.extend_from_slice(field.as_bytes());
-    k.push(b'/');
-    k.extend_from_slice(&((term as u64) ^ (1 << 63)).to_be_bytes());
-    k.push(b'/');
-    k
-}
-
-/// Key range `[from, to)` covering terms `lo..=hi` of `field`.
-pub(crate) fn index_range(field: &str, lo: i64, hi: i64) -> (Vec<u8>, Vec<u8>) {
-    let from = index_term_prefix(field, lo);
-    let to = match hi.checked_add(1) {
-        Some(h) => index_term_prefix(field, h),
-        None => {
-            let mut t = INDEX_PREFIX.to_vec();
-            t.extend_from_slice(field.as_bytes());
-            t.push(b'/' + 1);
-            t
-        }
-    };
-    (from, to)
-}
-
-/// Term of an emulated index key (return_terms).
-fn index_term(k: &[u8], field: &str) -> Option<i64> {
-    let at = INDEX_PREFIX.len() + field.len() + 1;
-    let b: [u8; 8] = k.get(at..at + 8)?.try_into().ok()?;
-    Some((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
-}
-
 /// Names accepted by [`open`].
 pub const NAMES: &[&str] = &[
     "levee",
@@ -100,9 +65,11 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// Open the scenario's driver on `dir` with its durability and compression settings (a checked
-/// scenario: `Scenario::validate`).
+/// scenario: `Scenario::validate`). When the scenario indexes objects, peers store each value
+/// with a header of its entries (emulated.rs).
 pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>> {
     let (sync, compression) = (s.sync, s.compression.as_deref().unwrap_or("none"));
+    let framed = s.indexed();
     Ok(match s.driver.as_str() {
         "levee" => Arc::new(Levee::open(
             dir,
@@ -111,10 +78,19 @@ pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>
             s.compression_point.as_deref().unwrap_or("on_receipt"),
             s.compaction_mb_per_sec,
         )?),
-        "rocksdb" => Arc::new(Rocks::open(dir, sync, false, compression)?),
-        "rocksdb-blob" => Arc::new(Rocks::open(dir, sync, true, compression)?),
-        "fjall" => Arc::new(Fjall::open(dir, sync)?),
-        "leveldb" => Arc::new(crate::leveldb::LevelDb::open(dir, sync)?),
+        "rocksdb" => Arc::new(Emulated::new(
+            Rocks::open(dir, sync, false, compression)?,
+            framed,
+        )),
+        "rocksdb-blob" => Arc::new(Emulated::new(
+            Rocks::open(dir, sync, true, compression)?,
+            framed,
+        )),
+        "fjall" => Arc::new(Emulated::new(Fjall::open(dir, sync)?, framed)),
+        "leveldb" => Arc::new(Emulated::new(
+            crate::leveldb::LevelDb::open(dir, sync)?,
+            framed,
+        )),
         "grpc" => Arc::new(Grpc::connect(
             s.address
                 .as_deref()
@@ -155,12 +131,16 @@ impl Levee {
     }
 }
 
-fn changes(index: &[(String, i64)]) -> Vec<levee_store::IndexChange> {
-    index
+fn changes(removed: &[Entry], added: &[Entry]) -> Vec<levee_store::IndexChange> {
+    let term = |e: &Entry| levee_store::Term::Bin(e.term.clone());
+    removed
         .iter()
-        .map(|(f, t)| {
-            levee_store::IndexChange::add(f.as_bytes().to_vec(), levee_store::Term::Int(*t))
-        })
+        .map(|e| levee_store::IndexChange::remove(e.field.as_bytes().to_vec(), term(e)))
+        .chain(
+            added
+                .iter()
+                .map(|e| levee_store::IndexChange::add(e.field.as_bytes().to_vec(), term(e))),
+        )
         .collect()
 }
 
@@ -171,23 +151,53 @@ impl Driver for Levee {
     fn head(&self, key: &[u8]) -> Result<bool> {
         Ok(self.store.head(BUCKET, key)?.is_some())
     }
-    fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()> {
-        self.store.put(BUCKET, key, value, b"", &changes(index))?;
+    fn put(&self, key: &[u8], value: &[u8], index: &[Entry]) -> Result<()> {
+        records::validate(index)?;
+        let metadata = records::encode(index);
+        self.store
+            .put(BUCKET, key, value, &metadata, &changes(&[], index))?;
+        Ok(())
+    }
+    fn update(&self, key: &[u8], value: &[u8], index: Option<&[Entry]>) -> Result<()> {
+        let old = self
+            .store
+            .get(BUCKET, key)?
+            .map(|o| o.metadata)
+            .unwrap_or_default();
+        match index {
+            // The object keeps its metadata, and with it its index entries.
+            None => self.store.put(BUCKET, key, value, &old, &[])?,
+            Some(new) => {
+                records::validate(new)?;
+                let (removed, added) = records::diff(&records::decode(&old)?, new);
+                self.store.put(
+                    BUCKET,
+                    key,
+                    value,
+                    &records::encode(new),
+                    &changes(&removed, &added),
+                )?
+            }
+        };
         Ok(())
     }
     fn delete(&self, key: &[u8]) -> Result<()> {
-        self.store.delete(BUCKET, key, b"", &[])?;
+        let old = match self.store.head(BUCKET, key)? {
+            Some(h) => records::decode(&h.metadata)?,
+            None => Vec::new(),
+        };
+        self.store.delete(BUCKET, key, b"", &changes(&old, &[]))?;
         Ok(())
     }
-    fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize> {
+    fn index_query(&self, q: &RangeQuery) -> Result<usize> {
         let q = levee_store::IndexQuery {
             bucket: BUCKET.to_vec(),
-            field: field.as_bytes().to_vec(),
-            start: levee_store::Term::Int(lo),
-            end: levee_store::Term::Int(hi),
+            field: q.field.as_bytes().to_vec(),
+            start: levee_store::Term::Bin(q.lo.clone()),
+            end: levee_store::Term::Bin(q.hi.clone()),
             return_terms: true,
-            term_regex: None,
-            max_results: Some(max as usize),
+            term_regex: q.regex.as_ref().map(|r| r.as_str().to_string()),
+            max_results: Some(q.max_results as usize),
             continuation: None,
         };
         Ok(self.store.index_query(&q)?.results.len())
@@ -277,50 +287,48 @@ impl Rocks {
     }
 }
 
-impl Driver for Rocks {
-    fn get(&self, key: &[u8]) -> Result<bool> {
+impl Kv for Rocks {
+    fn exists(&self, key: &[u8]) -> Result<bool> {
         Ok(self.db.get_pinned(key)?.is_some())
     }
-    fn head(&self, key: &[u8]) -> Result<bool> {
-        self.get(key)
+    fn read(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get(key)?)
     }
-    fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()> {
-        if index.is_empty() {
-            return Ok(self.db.put_opt(key, value, &self.write)?);
-        }
-        let mut batch = rocksdb::WriteBatch::default();
-        batch.put(key, value);
-        for (field, term) in index {
-            batch.put(index_key(field, *term, key), b"");
-        }
-        Ok(self.db.write_opt(batch, &self.write)?)
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        Ok(self.db.put_opt(key, value, &self.write)?)
     }
     fn delete(&self, key: &[u8]) -> Result<()> {
         Ok(self.db.delete_opt(key, &self.write)?)
     }
-    fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize> {
-        let (from, to) = index_range(field, lo, hi);
+    fn write(&self, puts: &[(Vec<u8>, Vec<u8>)], deletes: &[Vec<u8>]) -> Result<()> {
+        let mut batch = rocksdb::WriteBatch::default();
+        for (k, v) in puts {
+            batch.put(k, v);
+        }
+        for k in deletes {
+            batch.delete(k);
+        }
+        Ok(self.db.write_opt(batch, &self.write)?)
+    }
+    fn scan(&self, from: &[u8], to: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
         let mut read = rocksdb::ReadOptions::default();
-        read.set_iterate_upper_bound(to);
-        let mut n = 0;
+        read.set_iterate_upper_bound(to.to_vec());
         for item in self.db.iterator_opt(
-            rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward),
+            rocksdb::IteratorMode::From(from, rocksdb::Direction::Forward),
             read,
         ) {
             let (k, _) = item?;
-            index_term(&k, field).context("malformed index key")?;
-            n += 1;
-            if n >= max as usize {
+            if !f(&k) {
                 break;
             }
         }
-        Ok(n)
+        Ok(())
     }
     fn close(&self) -> Result<()> {
         Ok(self.db.flush()?)
     }
-    fn data_dir(&self) -> Option<PathBuf> {
-        Some(self.dir.clone())
+    fn data_dir(&self) -> PathBuf {
+        self.dir.clone()
     }
 }
 
@@ -365,45 +373,48 @@ impl Fjall {
     }
 }
 
-impl Driver for Fjall {
-    fn get(&self, key: &[u8]) -> Result<bool> {
+impl Kv for Fjall {
+    fn exists(&self, key: &[u8]) -> Result<bool> {
         Ok(self.ks.get(key)?.is_some())
     }
-    fn head(&self, key: &[u8]) -> Result<bool> {
+    fn contains(&self, key: &[u8]) -> Result<bool> {
         Ok(self.ks.contains_key(key)?)
     }
-    fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()> {
-        if index.is_empty() {
-            self.ks.insert(key, value)?;
-        } else {
-            let mut batch = self.db.batch();
-            batch.insert(&self.ks, key, value);
-            for (field, term) in index {
-                batch.insert(&self.ks, index_key(field, *term, key), b"");
-            }
-            batch.commit()?;
-        }
+    fn read(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.ks.get(key)?.map(|v| v.to_vec()))
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.ks.insert(key, value)?;
         self.durable()
     }
     fn delete(&self, key: &[u8]) -> Result<()> {
         self.ks.remove(key)?;
         self.durable()
     }
-    fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize> {
-        let (from, to) = index_range(field, lo, hi);
-        let mut n = 0;
-        for guard in self.ks.range(from..to).take(max as usize) {
-            let k = guard.key()?;
-            index_term(&k, field).context("malformed index key")?;
-            n += 1;
+    fn write(&self, puts: &[(Vec<u8>, Vec<u8>)], deletes: &[Vec<u8>]) -> Result<()> {
+        let mut batch = self.db.batch();
+        for (k, v) in puts {
+            batch.insert(&self.ks, k.as_slice(), v.as_slice());
         }
-        Ok(n)
+        for k in deletes {
+            batch.remove(&self.ks, k.as_slice());
+        }
+        batch.commit()?;
+        self.durable()
+    }
+    fn scan(&self, from: &[u8], to: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        for guard in self.ks.range(from.to_vec()..to.to_vec()) {
+            if !f(&guard.key()?) {
+                break;
+            }
+        }
+        Ok(())
     }
     fn close(&self) -> Result<()> {
         Ok(self.db.persist(fjall::PersistMode::SyncAll)?)
     }
-    fn data_dir(&self) -> Option<PathBuf> {
-        Some(self.dir.clone())
+    fn data_dir(&self) -> PathBuf {
+        self.dir.clone()
     }
 }
 
@@ -458,6 +469,45 @@ impl Grpc {
         self.clients[h.finish() as usize % self.clients.len()].clone()
     }
 
+    /// A PUT carrying the metadata, the index changes and the causal context of the GET it
+    /// follows (empty for a blind write).
+    fn write(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        metadata: Vec<u8>,
+        removed: &[Entry],
+        added: &[Entry],
+        context: Vec<u8>,
+    ) -> Result<()> {
+        let change = |op: pb::index_change::Op, e: &Entry| pb::IndexChange {
+            op: op as i32,
+            field: e.field.as_bytes().to_vec(),
+            term: Some(pb::Term {
+                kind: Some(pb::term::Kind::Bin(e.term.clone())),
+            }),
+        };
+        let index_changes = removed
+            .iter()
+            .map(|e| change(pb::index_change::Op::Remove, e))
+            .chain(added.iter().map(|e| change(pb::index_change::Op::Add, e)))
+            .collect();
+        let req = pb::PutRequest {
+            bucket: BUCKET.to_vec(),
+            key: key.to_vec(),
+            value: value.to_vec(),
+            metadata,
+            index_changes,
+            context,
+            ..Default::default()
+        };
+        let mut c = self.client();
+        self.rt
+            .block_on(c.put(req))
+            .map_err(|s| anyhow!("{:?}", s.code()))?;
+        Ok(())
+    }
+
     fn found<T>(r: std::result::Result<tonic::Response<T>, tonic::Status>) -> Result<bool> {
         match r {
             Ok(_) => Ok(true),
@@ -484,30 +534,32 @@ impl Driver for Grpc {
             ..Default::default()
         })))
     }
-    fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()> {
+    fn put(&self, key: &[u8], value: &[u8], index: &[Entry]) -> Result<()> {
+        records::validate(index)?;
+        self.write(key, value, records::encode(index), &[], index, Vec::new())
+    }
+    fn update(&self, key: &[u8], value: &[u8], index: Option<&[Entry]>) -> Result<()> {
         let mut c = self.client();
-        let index_changes = index
-            .iter()
-            .map(|(f, t)| pb::IndexChange {
-                op: pb::index_change::Op::Add as i32,
-                field: f.as_bytes().to_vec(),
-                term: Some(pb::Term {
-                    kind: Some(pb::term::Kind::Int(*t)),
-                }),
-            })
-            .collect();
-        let req = pb::PutRequest {
+        let (metadata, context) = match self.rt.block_on(c.get(pb::GetRequest {
             bucket: BUCKET.to_vec(),
             key: key.to_vec(),
-            value: value.to_vec(),
-            metadata: vec![],
-            index_changes,
             ..Default::default()
+        })) {
+            Ok(r) => {
+                let r = r.into_inner();
+                (r.metadata, r.context)
+            }
+            Err(s) if s.code() == tonic::Code::NotFound => (Vec::new(), Vec::new()),
+            Err(s) => return Err(anyhow!("{:?}", s.code())),
         };
-        self.rt
-            .block_on(c.put(req))
-            .map_err(|s| anyhow!("{:?}", s.code()))?;
-        Ok(())
+        match index {
+            None => self.write(key, value, metadata, &[], &[], context),
+            Some(new) => {
+                records::validate(new)?;
+                let (removed, added) = records::diff(&records::decode(&metadata)?, new);
+                self.write(key, value, records::encode(new), &removed, &added, context)
+            }
+        }
     }
     fn delete(&self, key: &[u8]) -> Result<()> {
         let mut c = self.client();
@@ -521,20 +573,24 @@ impl Driver for Grpc {
             .map_err(|s| anyhow!("{:?}", s.code()))?;
         Ok(())
     }
-    fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize> {
+    fn index_query(&self, q: &RangeQuery) -> Result<usize> {
         let mut c = self.client();
+        let bin = |t: &[u8]| pb::Term {
+            kind: Some(pb::term::Kind::Bin(t.to_vec())),
+        };
         let req = pb::IndexQueryRequest {
             bucket: BUCKET.to_vec(),
-            field: field.as_bytes().to_vec(),
-            start: Some(pb::Term {
-                kind: Some(pb::term::Kind::Int(lo)),
-            }),
-            end: Some(pb::Term {
-                kind: Some(pb::term::Kind::Int(hi)),
-            }),
+            field: q.field.as_bytes().to_vec(),
+            start: Some(bin(&q.lo)),
+            end: Some(bin(&q.hi)),
             return_terms: true,
-            max_results: max,
-            page_size: max,
+            term_regex: q
+                .regex
+                .as_ref()
+                .map(|r| r.as_str().to_string())
+                .unwrap_or_default(),
+            max_results: q.max_results,
+            page_size: q.max_results,
             ..Default::default()
         };
         self.rt.block_on(async move {
@@ -555,42 +611,5 @@ impl Driver for Grpc {
     }
     fn data_dir(&self) -> Option<PathBuf> {
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn emulated_index_keys_sort_by_term_then_key_and_decode() {
-        let terms = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
-        let keys: Vec<Vec<u8>> = terms
-            .iter()
-            .map(|t| index_key("f0_int", *t, b"000000000001"))
-            .collect();
-        assert!(
-            keys.windows(2).all(|w| w[0] < w[1]),
-            "byte order = numeric order"
-        );
-        for (k, t) in keys.iter().zip(terms) {
-            assert_eq!(index_term(k, "f0_int"), Some(t));
-        }
-        let (from, to) = index_range("f0_int", -1, 1);
-        let inside: Vec<i64> = terms
-            .iter()
-            .copied()
-            .filter(|t| {
-                let k = index_key("f0_int", *t, b"9");
-                k >= from && k < to
-            })
-            .collect();
-        assert_eq!(inside, vec![-1, 0, 1]);
-        let (_, to) = index_range("f0_int", 0, i64::MAX);
-        assert!(index_key("f0_int", i64::MAX, b"999") < to);
-        assert!(
-            index_key("f1_int", i64::MIN, b"0") >= to,
-            "other fields stay outside"
-        );
     }
 }

@@ -72,6 +72,12 @@ pub fn key_bytes(k: u64) -> Vec<u8> {
     format!("{k:012}").into_bytes()
 }
 
+/// Key of the `n`th write-once document (put_unique): `u` and zero-padded decimal, apart from
+/// the key generator's keys.
+pub fn unique_key(n: u64) -> Vec<u8> {
+    format!("u{n:012}").into_bytes()
+}
+
 /// Values are slices of one large random buffer: incompressible, and cheap to produce.
 pub struct ValueGen {
     spec: ValueGenSpec,
@@ -141,9 +147,18 @@ impl ValueGen {
         }
     }
 
-    pub fn size(&mut self) -> usize {
+    /// The size of the next value for key number `key`.
+    pub fn size(&mut self, key: u64) -> usize {
         match self.spec {
             ValueGenSpec::FixedBin { size } => size,
+            ValueGenSpec::HotScaledBin {
+                size,
+                hot_keys,
+                hot_factor,
+            } => {
+                let heat = hot_keys.saturating_sub(key) as f64 / hot_keys as f64;
+                (size as f64 * (1.0 + (hot_factor - 1.0) * heat)).round() as usize
+            }
             ValueGenSpec::UniformBin { min, max } => self.rng.gen_range(min..=max.max(min)),
             ValueGenSpec::ExponentialBin { min, mean } => {
                 let u: f64 = 1.0 - self.rng.gen::<f64>();
@@ -153,8 +168,9 @@ impl ValueGen {
         .min(self.buf.len())
     }
 
-    pub fn next_value(&mut self) -> &[u8] {
-        let size = self.size();
+    /// A value for key number `key` (only `hot_scaled_bin` sizes depend on it).
+    pub fn next_value(&mut self, key: u64) -> &[u8] {
+        let size = self.size(key);
         let off = self.rng.gen_range(0..=self.buf.len() - size);
         &self.buf[off..off + size]
     }
@@ -226,22 +242,36 @@ mod tests {
     fn value_sizes_follow_their_generators() {
         let buf = random_buffer(1 << 20, 7);
         let mut f = ValueGen::new(&ValueGenSpec::FixedBin { size: 8192 }, buf.clone(), 1);
-        assert!((0..100).all(|_| f.next_value().len() == 8192));
+        assert!((0..100).all(|_| f.next_value(0).len() == 8192));
         let mut u = ValueGen::new(
             &ValueGenSpec::UniformBin { min: 10, max: 20 },
             buf.clone(),
             1,
         );
-        assert!((0..1000).all(|_| (10..=20).contains(&u.next_value().len())));
+        assert!((0..1000).all(|_| (10..=20).contains(&u.next_value(0).len())));
         let mut e = ValueGen::new(
             &ValueGenSpec::ExponentialBin {
                 min: 100,
                 mean: 1000,
             },
+            buf.clone(),
+            1,
+        );
+        let mean = (0..20_000).map(|_| e.next_value(0).len()).sum::<usize>() as f64 / 20_000.0;
+        assert!((1000.0..1200.0).contains(&mean), "{mean}");
+        let mut h = ValueGen::new(
+            &ValueGenSpec::HotScaledBin {
+                size: 1000,
+                hot_keys: 100,
+                hot_factor: 5.0,
+            },
             buf,
             1,
         );
-        let mean = (0..20_000).map(|_| e.next_value().len()).sum::<usize>() as f64 / 20_000.0;
-        assert!((1000.0..1200.0).contains(&mean), "{mean}");
+        let sizes: Vec<usize> = [0, 50, 99, 100, 5000]
+            .iter()
+            .map(|&k| h.next_value(k).len())
+            .collect();
+        assert_eq!(sizes, [5000, 3000, 1040, 1000, 1000]);
     }
 }

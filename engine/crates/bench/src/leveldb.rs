@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
-use crate::drivers::{index_key, index_range, Driver, CACHE_BYTES};
+use crate::drivers::CACHE_BYTES;
+use crate::emulated::Kv;
 
 #[repr(C)]
 struct Opaque {
@@ -68,6 +69,7 @@ extern "C" {
         v: *const c_char,
         vl: usize,
     );
+    fn leveldb_writebatch_delete(b: *mut Opaque, k: *const c_char, kl: usize);
     fn leveldb_create_iterator(db: *mut Opaque, o: *const Opaque) -> *mut Opaque;
     fn leveldb_iter_destroy(it: *mut Opaque);
     fn leveldb_iter_valid(it: *const Opaque) -> u8;
@@ -155,11 +157,13 @@ impl Drop for LevelDb {
     }
 }
 
-impl Driver for LevelDb {
-    fn get(&self, key: &[u8]) -> Result<bool> {
+impl LevelDb {
+    /// The value of `key`, handed to `f` while LevelDB's copy is alive.
+    fn with_value<T>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> T) -> Result<Option<T>> {
         let mut len = 0usize;
         let mut err = std::ptr::null_mut();
-        // SAFETY: key is a valid slice; a non-null result is malloc'ed by LevelDB and freed here.
+        // SAFETY: key is a valid slice; a non-null result is malloc'ed by LevelDB, `len` bytes
+        // long, and freed here after `f` has seen it.
         let v = unsafe {
             leveldb_get(
                 self.db,
@@ -172,44 +176,53 @@ impl Driver for LevelDb {
         };
         check(err, "get")?;
         if v.is_null() {
-            return Ok(false);
+            return Ok(None);
         }
+        let out = f(unsafe { std::slice::from_raw_parts(v.cast::<u8>(), len) });
         unsafe { leveldb_free(v.cast()) };
-        Ok(true)
+        Ok(Some(out))
     }
-    fn head(&self, key: &[u8]) -> Result<bool> {
-        self.get(key)
+}
+
+impl Kv for LevelDb {
+    fn exists(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.with_value(key, |_| ())?.is_some())
     }
-    fn put(&self, key: &[u8], value: &[u8], index: &[(String, i64)]) -> Result<()> {
+    fn read(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.with_value(key, <[u8]>::to_vec)
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut err = std::ptr::null_mut();
-        if index.is_empty() {
-            // SAFETY: valid slices for the duration of the call.
-            unsafe {
-                leveldb_put(
-                    self.db,
-                    self.write,
-                    key.as_ptr().cast(),
-                    key.len(),
-                    value.as_ptr().cast(),
-                    value.len(),
-                    &mut err,
-                )
-            };
-            return check(err, "put");
-        }
-        // SAFETY: the batch copies what is put into it and is destroyed after the write.
+        // SAFETY: valid slices for the duration of the call.
         unsafe {
-            let batch = leveldb_writebatch_create();
-            leveldb_writebatch_put(
-                batch,
+            leveldb_put(
+                self.db,
+                self.write,
                 key.as_ptr().cast(),
                 key.len(),
                 value.as_ptr().cast(),
                 value.len(),
-            );
-            for (field, term) in index {
-                let k = index_key(field, *term, key);
-                leveldb_writebatch_put(batch, k.as_ptr().cast(), k.len(), std::ptr::null(), 0);
+                &mut err,
+            )
+        };
+        check(err, "put")
+    }
+    fn write(&self, puts: &[(Vec<u8>, Vec<u8>)], deletes: &[Vec<u8>]) -> Result<()> {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: the batch copies what is put into it and is destroyed after the write.
+        unsafe {
+            let batch = leveldb_writebatch_create();
+            for (k, v) in puts {
+                leveldb_writebatch_put(
+                    batch,
+                    k.as_ptr().cast(),
+                    k.len(),
+                    v.as_ptr().cast(),
+                    v.len(),
+                );
+            }
+            for k in deletes {
+                leveldb_writebatch_delete(batch, k.as_ptr().cast(), k.len());
             }
             leveldb_write(self.db, self.write, batch, &mut err);
             leveldb_writebatch_destroy(batch);
@@ -230,34 +243,30 @@ impl Driver for LevelDb {
         };
         check(err, "delete")
     }
-    fn index_query(&self, field: &str, lo: i64, hi: i64, max: u32) -> Result<usize> {
-        let (from, to) = index_range(field, lo, hi);
-        let mut n = 0;
-        // SAFETY: the iterator is used only inside this block and destroyed at its end; keys it
-        // returns are copied before the next move.
+    fn scan(&self, from: &[u8], to: &[u8], f: &mut dyn FnMut(&[u8]) -> bool) -> Result<()> {
+        // SAFETY: the iterator is used only inside this block and destroyed at its end; each key
+        // it returns is seen by `f` before the next move.
         unsafe {
             let it = leveldb_create_iterator(self.db, self.read);
             leveldb_iter_seek(it, from.as_ptr().cast(), from.len());
-            while n < max as usize && leveldb_iter_valid(it) != 0 {
+            while leveldb_iter_valid(it) != 0 {
                 let mut kl = 0usize;
-                let k = leveldb_iter_key(it, &mut kl);
-                if std::slice::from_raw_parts(k.cast::<u8>(), kl) >= &to[..] {
+                let k = std::slice::from_raw_parts(leveldb_iter_key(it, &mut kl).cast::<u8>(), kl);
+                if k >= to || !f(k) {
                     break;
                 }
-                n += 1;
                 leveldb_iter_next(it);
             }
             let mut err = std::ptr::null_mut();
             leveldb_iter_get_error(it, &mut err);
             leveldb_iter_destroy(it);
-            check(err, "iterate")?;
+            check(err, "iterate")
         }
-        Ok(n)
     }
     fn close(&self) -> Result<()> {
         Ok(())
     }
-    fn data_dir(&self) -> Option<PathBuf> {
-        Some(self.dir.clone())
+    fn data_dir(&self) -> PathBuf {
+        self.dir.clone()
     }
 }

@@ -5,8 +5,10 @@
 pub mod anchor;
 pub mod charts;
 pub mod drivers;
+pub mod emulated;
 pub mod generators;
 pub mod leveldb;
 pub mod maintenance;
+pub mod records;
 pub mod runner;
 pub mod scenario;

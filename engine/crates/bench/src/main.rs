@@ -24,7 +24,7 @@ struct Args {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a scenario; writes summary.csv, <label>_latencies.csv (basho_bench's labels:
-    /// `index_query` → index-query), errors.csv, resources.csv and summary.png.
+    /// `postcode_query` → postcode-query), errors.csv, resources.csv and summary.png.
     ///
     /// Key generators follow basho_bench (`uniform_int` draws 1..N) except one: `sequential_int`
     /// is one sequence shared by all workers, starting after the preloaded keys, so each key is

@@ -18,7 +18,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::drivers::Driver;
-use crate::generators::{key_bytes, value_buffer, KeyGen, ValueGen, VALUE_BUFFER_BYTES};
+use crate::generators::{
+    key_bytes, random_buffer, unique_key, value_buffer, KeyGen, ValueGen, VALUE_BUFFER_BYTES,
+};
+use crate::records;
 use crate::scenario::Scenario;
 
 pub const SUMMARY_HEADER: &str = "elapsed, window, total, successful, failed";
@@ -29,7 +32,7 @@ pub const RESOURCES_HEADER: &str =
     "elapsed, window, device_write_bytes, disk_bytes, rss_bytes, cpu_seconds";
 
 /// basho_bench's label for an operation in file names: every character other than an ASCII letter
-/// or digit becomes `-` (so `index_query` is written to `index-query_latencies.csv`).
+/// or digit becomes `-` (so `postcode_query` is written to `postcode-query_latencies.csv`).
 pub fn basho_label(op: &str) -> String {
     op.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -40,6 +43,9 @@ pub fn basho_label(op: &str) -> String {
 pub fn latency_file_name(op: &str) -> String {
     format!("{}_latencies.csv", basho_label(op))
 }
+
+/// Size of the random buffer put_unique's documents are sliced from.
+const UNIQUE_BUFFER_BYTES: usize = 32 << 20;
 
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()
@@ -132,7 +138,7 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
             "preload {pos}/{len} keys  {per_sec}  ETA {eta}",
         );
         for k in 0..s.preload.keys {
-            let value = v.next_value();
+            let value = v.next_value(k);
             user_bytes.fetch_add(value.len() as u64 + 12, Ordering::Relaxed);
             driver.put(&key_bytes(k), value, &[])?;
             if k % 1_000 == 0 {
@@ -156,6 +162,17 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     let done_ops = Arc::new(AtomicU64::new(0));
     let done_errs = Arc::new(AtomicU64::new(0));
     let shared_seq = Arc::new(AtomicU64::new(s.preload.keys));
+    // Write-once documents: incompressible whatever `compressible` says, numbered in the order
+    // their puts were issued (get_unique reads one of those issued so far).
+    let unique_buf = s
+        .operations
+        .iter()
+        .any(|(op, _)| op == "put_unique")
+        .then(|| random_buffer(UNIQUE_BUFFER_BYTES.max(2 * s.unique_value_size), 0xD0C5));
+    let unique_seq = Arc::new(AtomicU64::new(0));
+    let dob_regex = s.dob_regex()?;
+    // Per query operation: (queries answered, results returned), for meta.txt.
+    let query_results: Arc<Mutex<BTreeMap<String, (u64, u64)>>> = Arc::default();
     let total_weight: u32 = s.operations.iter().map(|(_, w)| *w).sum();
     let start = Instant::now();
     let deadline = start + s.duration;
@@ -170,6 +187,20 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
                 done_errs.clone(),
                 user_bytes.clone(),
             );
+            let (unique_buf, unique_seq, dob_regex, query_results) = (
+                unique_buf.clone(),
+                unique_seq.clone(),
+                dob_regex.clone(),
+                query_results.clone(),
+            );
+            let counted = move |op: &str, n: Result<usize>| {
+                n.map(|n| {
+                    let mut q = query_results.lock();
+                    let e = q.entry(op.to_string()).or_default();
+                    e.0 += 1;
+                    e.1 += n as u64;
+                })
+            };
             std::thread::spawn(move || {
                 let mut keys =
                     KeyGen::new(&s.key_generator, w as u64, s.concurrent as u64, shared, 1);
@@ -187,39 +218,63 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
                     }
                     let i = pick_op(&s.operations, total_weight, &mut rng);
                     let op = s.operations[i].0.as_str();
-                    let Some(k) = keys.next_key() else { break };
+                    let keyed = !matches!(
+                        op,
+                        "put_unique" | "get_unique" | "postcode_query" | "dob_query"
+                    );
+                    let k = if keyed {
+                        let Some(k) = keys.next_key() else { break };
+                        k
+                    } else {
+                        0
+                    };
                     let key = key_bytes(k);
                     let t = Instant::now();
                     let result: Result<()> = match op {
                         "get" => driver.get(&key).map(|_| ()),
                         "head" => driver.head(&key).map(|_| ()),
                         "delete" => driver.delete(&key),
-                        "put" | "update" | "update_with_2i" => (|| {
-                            if op != "put" {
-                                driver.get(&key)?;
-                            }
-                            let index: Vec<(String, i64)> = if op == "update_with_2i" {
-                                (0..s.index.entries)
-                                    .map(|e| (format!("f{e}_int"), rng.gen_range(0..s.index.terms)))
-                                    .collect()
-                            } else {
-                                Vec::new()
-                            };
-                            let value = values.next_value();
+                        "put" => {
+                            let value = values.next_value(k);
                             user.fetch_add((value.len() + key.len()) as u64, Ordering::Relaxed);
-                            driver.put(&key, value, &index)
-                        })(),
-                        "index_query" => {
-                            let lo = rng.gen_range(0..s.index.terms);
-                            driver
-                                .index_query(
-                                    "f0_int",
-                                    lo,
-                                    lo + s.index.query_width,
-                                    s.index.max_results,
-                                )
-                                .map(|_| ())
+                            driver.put(&key, value, &[])
                         }
+                        "update" | "update_with_2i" => {
+                            let index = (op == "update_with_2i")
+                                .then(|| records::record(&mut rng, s.index.entries));
+                            let value = values.next_value(k);
+                            user.fetch_add((value.len() + key.len()) as u64, Ordering::Relaxed);
+                            driver.update(&key, value, index.as_deref())
+                        }
+                        "put_unique" => {
+                            let buf = unique_buf.as_deref().expect("allocated for put_unique");
+                            let size = s.unique_value_size;
+                            let off = rng.gen_range(0..=buf.len() - size);
+                            let key = unique_key(unique_seq.fetch_add(1, Ordering::Relaxed));
+                            let index = records::record(&mut rng, s.index.entries);
+                            user.fetch_add((size + key.len()) as u64, Ordering::Relaxed);
+                            driver.put(&key, &buf[off..off + size], &index)
+                        }
+                        "get_unique" => {
+                            let n = unique_seq.load(Ordering::Relaxed);
+                            let key = unique_key(if n == 0 { 0 } else { rng.gen_range(0..n) });
+                            driver.get(&key).map(|_| ())
+                        }
+                        "postcode_query" => counted(
+                            op,
+                            driver.index_query(&records::postcode_query(
+                                &mut rng,
+                                s.index.max_results,
+                            )),
+                        ),
+                        "dob_query" => counted(
+                            op,
+                            driver.index_query(&records::dob_query(
+                                &mut rng,
+                                dob_regex.as_ref(),
+                                s.index.max_results,
+                            )),
+                        ),
                         _ => unreachable!("validated"),
                     };
                     let us = t.elapsed().as_micros() as u64;
@@ -383,13 +438,18 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     for (e, n) in &all_errors {
         writeln!(errors, "\"{}\",{n}", e.replace('"', "'"))?;
     }
-    std::fs::write(
-        out.join("meta.txt"),
-        format!(
-            "driver={}\nsuccessful={}\nfailed={}\nseconds={:.3}\nuser_bytes_written={}\ndevice_bytes_written={}\n",
-            s.driver, result.successful, result.failed, result.seconds, result.user_bytes_written, result.device_bytes_written
-        ),
-    )?;
+    let mut meta = format!(
+        "driver={}\nsuccessful={}\nfailed={}\nseconds={:.3}\nuser_bytes_written={}\ndevice_bytes_written={}\n",
+        s.driver, result.successful, result.failed, result.seconds, result.user_bytes_written, result.device_bytes_written
+    );
+    // Mean results per query, as basho_bench's 2i drivers log them.
+    for (op, (n, results)) in query_results.lock().iter() {
+        meta.push_str(&format!(
+            "{op}_mean_results={:.1}\n",
+            *results as f64 / (*n).max(1) as f64
+        ));
+    }
+    std::fs::write(out.join("meta.txt"), meta)?;
     if !quiet {
         eprintln!(
             "done: {} ops in {:.1} s ({:.0} ops/s), {} errors, write amplification {:.2}",

@@ -13,7 +13,7 @@
 //! n = 100000
 //! [value_generator]
 //! type = "fixed_bin"            # fixed_bin (size) | exponential_bin (min, mean) | uniform_bin (min, max)
-//! size = 8192
+//! size = 8192                   #   | hot_scaled_bin (size, hot_keys, hot_factor)
 //! compact_journal_every = "10s"  # optional: explicit maintenance (levee journal compaction)
 //! rebuild_aae_every = "3m"       # optional: levee AAE tree rebuilds
 //! rebuild_aae_journal_check = false  # optional: rebuilds check each object's journal record
@@ -21,8 +21,13 @@
 //! compression = "lz4"            # optional: levee's compression_method, RocksDB's compression
 //! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
 //! compaction_mb_per_sec = 200    # optional, levee only: journal compaction's pace (unpaced by default)
+//! unique_value_size = 6000       # put_unique's incompressible write-once documents
 //! [preload]
 //! keys = 10000                  # sequential puts of keys 0..keys before the timed run
+//! [index]                       # records' index entries (records.rs)
+//! entries = 4                   # per update_with_2i / put_unique: birth date, postcode, time, postcodes
+//! max_results = 100             # per postcode_query / dob_query
+//! dob_regex = "[0-9]{8}...[a-d]"  # optional: dob_query's term_regex
 //! ```
 
 use std::time::Duration;
@@ -52,9 +57,12 @@ pub struct Scenario {
     pub value_generator: ValueGenSpec,
     #[serde(default)]
     pub preload: Preload,
-    /// Index entries per update_with_2i and the term range of index_query.
+    /// Index entries of records (update_with_2i, put_unique) and the queries' limits.
     #[serde(default)]
     pub index: IndexSpec,
+    /// Size of put_unique's write-once documents (incompressible, whatever `compressible` says).
+    #[serde(default = "default_unique_value_size")]
+    pub unique_value_size: usize,
     /// Ask the driver for explicit maintenance this often (levee: journal compaction), e.g.
     /// "10s". Off by default.
     #[serde(default)]
@@ -98,9 +106,24 @@ pub enum KeyGenSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, tag = "type", rename_all = "snake_case")]
 pub enum ValueGenSpec {
-    FixedBin { size: usize },
-    ExponentialBin { min: usize, mean: usize },
-    UniformBin { min: usize, max: usize },
+    FixedBin {
+        size: usize,
+    },
+    ExponentialBin {
+        min: usize,
+        mean: usize,
+    },
+    UniformBin {
+        min: usize,
+        max: usize,
+    },
+    /// `size` bytes, except the `hot_keys` lowest key numbers (the hottest under pareto): from
+    /// `hot_factor` × `size` at key 0 down to `size` at key `hot_keys`.
+    HotScaledBin {
+        size: usize,
+        hot_keys: u64,
+        hot_factor: f64,
+    },
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -113,22 +136,21 @@ pub struct Preload {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IndexSpec {
-    /// Index entries written by update_with_2i.
+    /// Index entries of a record written by update_with_2i or put_unique (records.rs: a birth
+    /// date, a postcode, the write's time, then more postcodes).
     pub entries: u32,
-    /// Integer terms are drawn from 0..terms.
-    pub terms: i64,
-    /// Width of an index_query's term range.
-    pub query_width: i64,
+    /// Results a postcode_query or dob_query stops at.
     pub max_results: u32,
+    /// dob_query's term_regex (none by default).
+    pub dob_regex: Option<String>,
 }
 
 impl Default for IndexSpec {
     fn default() -> Self {
         IndexSpec {
             entries: 4,
-            terms: 10_000,
-            query_width: 10,
             max_results: 100,
+            dob_regex: None,
         }
     }
 }
@@ -138,6 +160,9 @@ fn default_driver() -> String {
 }
 fn default_mode() -> String {
     "max".into()
+}
+fn default_unique_value_size() -> usize {
+    6000
 }
 fn default_interval() -> Duration {
     Duration::from_secs(10)
@@ -149,8 +174,19 @@ pub const OPS: &[&str] = &[
     "put",
     "update",
     "delete",
-    "index_query",
     "update_with_2i",
+    "put_unique",
+    "get_unique",
+    "postcode_query",
+    "dob_query",
+];
+
+/// Operations that write or read index entries: a scenario with any of them indexes objects.
+pub const INDEX_OPS: &[&str] = &[
+    "update_with_2i",
+    "put_unique",
+    "postcode_query",
+    "dob_query",
 ];
 
 mod dur {
@@ -193,6 +229,23 @@ impl Scenario {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Whether objects carry index entries (some operation writes or queries them): peers then
+    /// store each value with a header of its entries (emulated.rs).
+    pub fn indexed(&self) -> bool {
+        self.operations
+            .iter()
+            .any(|(op, w)| *w > 0 && INDEX_OPS.contains(&op.as_str()))
+    }
+
+    /// dob_query's term_regex, compiled.
+    pub fn dob_regex(&self) -> Result<Option<regex::bytes::Regex>> {
+        self.index
+            .dob_regex
+            .as_deref()
+            .map(|r| regex::bytes::Regex::new(r).with_context(|| format!("index.dob_regex `{r}`")))
+            .transpose()
     }
 
     /// The explicit maintenance asked for: (kind, interval) from `compact_journal_every` and
@@ -250,6 +303,29 @@ impl Scenario {
         for (op, _) in &self.operations {
             if !OPS.contains(&op.as_str()) {
                 bail!("unknown operation `{op}` (known: {})", OPS.join(", "));
+            }
+        }
+        if !(1..=16).contains(&self.index.entries) {
+            bail!("index.entries must be 1..=16, not {}", self.index.entries);
+        }
+        if self.index.max_results == 0 {
+            bail!("index.max_results must be at least 1");
+        }
+        self.dob_regex()?;
+        if self.unique_value_size == 0 || self.unique_value_size > 16 << 20 {
+            bail!(
+                "unique_value_size must be 1..=16 MiB, not {}",
+                self.unique_value_size
+            );
+        }
+        if let ValueGenSpec::HotScaledBin {
+            hot_factor,
+            hot_keys,
+            ..
+        } = self.value_generator
+        {
+            if !(1.0..=64.0).contains(&hot_factor) || hot_keys == 0 {
+                bail!("hot_scaled_bin needs hot_keys ≥ 1 and hot_factor in 1..=64, not {hot_keys} and {hot_factor}");
             }
         }
         self.maintenance()?;
@@ -337,6 +413,19 @@ mod tests {
         assert!(bad("compression_point = \"later\"").contains("on_compact"));
         assert!(bad("compaction_mb_per_sec = 0").contains("at least 1"));
         assert!(bad("driver = \"fjall\"\ncompaction_mb_per_sec = 100").contains("levee's"));
+        assert!(bad("[index]\nentries = 0").contains("1..=16"));
+        assert!(bad("[index]\nmax_results = 0").contains("at least 1"));
+        let e = bad("[index]\ndob_regex = \"[0-9\"");
+        assert!(e.contains("dob_regex"), "{e}");
+        assert!(bad("unique_value_size = 0").contains("unique_value_size"));
+        let old = Scenario::from_toml(
+            "concurrent = 1\nduration = \"1s\"\noperations = [[\"get\", 1]]\n[key_generator]\ntype = \"uniform_int\"\nn = 5\n[value_generator]\ntype = \"fixed_bin\"\nsize = 1\n[index]\nterms = 5\n",
+        )
+        .unwrap_err();
+        assert!(
+            format!("{old:#}").contains("unknown field `terms`"),
+            "{old:#}"
+        );
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));

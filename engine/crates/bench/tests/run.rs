@@ -24,12 +24,15 @@ const FIVE_OP_FILES: [&str; 5] = [
 ];
 
 /// Every operation the grpc driver has, and the latency files a run of them writes.
-const GRPC_OPS: &str = r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["index_query", 1], ["update_with_2i", 1]]"#;
-const GRPC_OP_FILES: [&str; 7] = [
+const GRPC_OPS: &str = r#"[["get", 5], ["update", 1], ["head", 1], ["put", 1], ["delete", 1], ["update_with_2i", 1], ["put_unique", 1], ["get_unique", 1], ["postcode_query", 1], ["dob_query", 1]]"#;
+const GRPC_OP_FILES: [&str; 10] = [
     "delete_latencies.csv",
+    "dob-query_latencies.csv",
+    "get-unique_latencies.csv",
     "get_latencies.csv",
     "head_latencies.csv",
-    "index-query_latencies.csv",
+    "postcode-query_latencies.csv",
+    "put-unique_latencies.csv",
     "put_latencies.csv",
     "update-with-2i_latencies.csv",
     "update_latencies.csv",
@@ -59,9 +62,8 @@ fn scenario_with(driver: &str, ops: &str, extra: &str) -> Scenario {
         keys = 500
         [index]
         entries = 4
-        terms = 100
-        query_width = 20
         max_results = 50
+        dob_regex = "[0-9]{{8}}...[a-d]"
         "#
     ))
     .unwrap()
@@ -245,12 +247,15 @@ fn leveldb_run_writes_consistent_basho_bench_csvs() {
 }
 
 #[test]
-fn two_i_mix_runs_on_every_embedded_driver() {
-    let ops = r#"[["get", 10], ["update", 2], ["update_with_2i", 4], ["index_query", 2]]"#;
+fn record_ops_run_on_every_embedded_driver() {
+    let ops = r#"[["get", 10], ["update", 2], ["update_with_2i", 4], ["put_unique", 2], ["get_unique", 2], ["postcode_query", 2], ["dob_query", 2]]"#;
     // basho_bench names files by label, `_` written as `-`.
     let files = [
+        "dob-query_latencies.csv",
+        "get-unique_latencies.csv",
         "get_latencies.csv",
-        "index-query_latencies.csv",
+        "postcode-query_latencies.csv",
+        "put-unique_latencies.csv",
         "update-with-2i_latencies.csv",
         "update_latencies.csv",
     ];
@@ -263,53 +268,103 @@ fn two_i_mix_runs_on_every_embedded_driver() {
             "{driver}: {}",
             std::fs::read_to_string(out.path().join("errors.csv")).unwrap()
         );
-        let q = rows(
-            &out.path().join("index-query_latencies.csv"),
-            BASHO_LATENCY_HEADER,
-        );
-        assert!(
-            q.iter().map(|r| r[2]).sum::<f64>() > 0.0,
-            "{driver}: index queries ran"
-        );
+        for f in ["postcode-query_latencies.csv", "dob-query_latencies.csv"] {
+            let q = rows(&out.path().join(f), BASHO_LATENCY_HEADER);
+            assert!(q.iter().map(|r| r[2]).sum::<f64>() > 0.0, "{driver}: {f}");
+        }
+        // Queries find what updates indexed: 500 preloaded keys have no entries, the updates
+        // add four per record, and a run reports the mean results per query in meta.txt.
+        let meta = std::fs::read_to_string(out.path().join("meta.txt")).unwrap();
+        let mean = |op: &str| -> f64 {
+            let line = meta
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{op}_mean_results=")))
+                .unwrap_or_else(|| panic!("{driver}: no {op} mean in {meta}"));
+            line.parse().unwrap()
+        };
+        assert!(mean("dob_query") > 0.0, "{driver}: {meta}");
+        assert!(mean("postcode_query") >= 0.0, "{driver}: {meta}");
     }
 }
 
 #[test]
-fn index_entries_written_by_puts_are_found_by_index_query() {
+fn index_entries_follow_puts_updates_and_deletes_on_every_driver() {
+    use levee_bench::records::{Entry, RangeQuery, DATE_OF_BIRTH, POSTCODE};
+    let q = |field, lo: &str, hi: &str, max_results, re: Option<&str>| RangeQuery {
+        field,
+        lo: lo.into(),
+        hi: hi.into(),
+        regex: re.map(|r| regex::bytes::Regex::new(r).unwrap()),
+        max_results,
+    };
+    let district = q(POSTCODE, "AB1|a", "AB1|h", 100, None);
+    let pc = |t: &str| Entry::new(POSTCODE, t);
     for driver in ["levee", "rocksdb", "rocksdb-blob", "fjall", "leveldb"] {
         let data = tempfile::tempdir().unwrap();
-        let d = drivers::open(&scenario(driver, "[[\"put\", 1]]"), data.path()).unwrap();
-        d.put(b"k1", b"v", &[("f0_int".into(), 5), ("f1_int".into(), 6)])
-            .unwrap();
-        d.put(b"k2", b"v", &[("f0_int".into(), 7)]).unwrap();
-        d.put(b"k3", b"v", &[("f0_int".into(), 50)]).unwrap();
-        d.put(b"k4", b"v", &[("f0_int".into(), -3)]).unwrap();
-        assert_eq!(d.index_query("f0_int", 0, 10, 100).unwrap(), 2, "{driver}");
+        let s = scenario(driver, r#"[["update_with_2i", 1]]"#);
+        let d = drivers::open(&s, data.path()).unwrap();
+        let count = |q: &RangeQuery| d.index_query(q).unwrap();
+        d.put(
+            b"k1",
+            b"v1",
+            &[pc("AB1|aaa"), Entry::new(DATE_OF_BIRTH, "19700105|x")],
+        )
+        .unwrap();
+        d.put(b"k2", b"v2", &[pc("AB1|bbb")]).unwrap();
+        d.put(b"k3", b"v3", &[pc("AB1|zzz")]).unwrap();
+        d.put(b"k4", b"v4", &[pc("AB10|ccc")]).unwrap();
+        assert_eq!(count(&district), 2, "{driver}: bounds are inclusive");
         assert_eq!(
-            d.index_query("f0_int", -10, 50, 100).unwrap(),
-            4,
-            "{driver}: bounds are inclusive"
-        );
-        assert_eq!(
-            d.index_query("f0_int", 0, 10, 1).unwrap(),
+            count(&q(POSTCODE, "AB1|a", "AB1|h", 1, None)),
             1,
-            "{driver}: max_results is honoured"
+            "{driver}"
         );
         assert_eq!(
-            d.index_query("f1_int", 0, 10, 100).unwrap(),
+            count(&q(POSTCODE, "AB1|a", "AB1|h", 100, Some("b{3}"))),
+            1,
+            "{driver}: term_regex filters"
+        );
+        assert_eq!(
+            count(&q(DATE_OF_BIRTH, "19700101", "19700110", 100, None)),
             1,
             "{driver}: fields are separate"
         );
-        assert!(
-            d.get(b"k1").unwrap() && !d.get(b"nope").unwrap(),
+        // An update with entries replaces the object's: the old ones are gone.
+        d.update(b"k1", b"v1b", Some(&[pc("AB1|ddd")])).unwrap();
+        assert_eq!(count(&district), 2, "{driver}");
+        assert_eq!(
+            count(&q(POSTCODE, "AB1|aaa", "AB1|aaa", 100, None)),
+            0,
+            "{driver}: a replaced term is removed"
+        );
+        assert_eq!(
+            count(&q(DATE_OF_BIRTH, "19700101", "19700110", 100, None)),
+            0,
+            "{driver}: a replaced field is removed"
+        );
+        // An update without entries keeps the object's.
+        d.update(b"k2", b"v2b", None).unwrap();
+        assert_eq!(
+            count(&q(POSTCODE, "AB1|bbb", "AB1|bbb", 100, None)),
+            1,
             "{driver}"
         );
-        assert!(d.head(b"k2").unwrap(), "{driver}");
+        d.update(b"k2", b"v2c", Some(&[pc("AB1|ddd")])).unwrap();
+        assert_eq!(
+            count(&q(POSTCODE, "AB1|bbb", "AB1|bbb", 100, None)),
+            0,
+            "{driver}"
+        );
+        assert_eq!(count(&district), 2, "{driver}: two keys share one term");
+        // A delete removes the object and its entries.
         d.delete(b"k2").unwrap();
+        assert_eq!(count(&district), 1, "{driver}");
         assert!(
             !d.get(b"k2").unwrap() && !d.head(b"k2").unwrap(),
             "{driver}"
         );
+        assert!(d.get(b"k1").unwrap() && d.head(b"k4").unwrap(), "{driver}");
+        assert!(!d.get(b"nope").unwrap(), "{driver}");
         d.close().unwrap();
     }
 }
@@ -345,7 +400,7 @@ fn fixed_bin_values_are_incompressible() {
     let mut g = ValueGen::new(&ValueGenSpec::FixedBin { size: 8192 }, buf, 5);
     let ratio = |data: &[u8]| data.len() as f64 / zstd::encode_all(data, 3).unwrap().len() as f64;
     // One value alone, and 64 consecutive values as a block compressor would see them.
-    let one = g.next_value().to_vec();
+    let one = g.next_value(0).to_vec();
     assert!(
         ratio(&one) < 1.01,
         "zstd ratio of one value {}",
@@ -353,7 +408,7 @@ fn fixed_bin_values_are_incompressible() {
     );
     let mut block = Vec::new();
     for _ in 0..64 {
-        block.extend_from_slice(g.next_value());
+        block.extend_from_slice(g.next_value(0));
     }
     assert!(
         ratio(&block) < 1.01,
@@ -393,7 +448,7 @@ fn compressible_values_hold_their_share_of_text() {
         let buf = value_buffer(16 << 20, 3, share);
         let mut g = ValueGen::new(&ValueGenSpec::FixedBin { size: 8192 }, buf, 5);
         for _ in 0..20 {
-            let r = ratio(g.next_value());
+            let r = ratio(g.next_value(0));
             assert!(
                 (lo..hi).contains(&r),
                 "compressible {share}: zstd ratio {r}"

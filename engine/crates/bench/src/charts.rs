@@ -136,7 +136,7 @@ const FONT_CANDIDATES: &[&str] = &[
 ];
 
 /// plotters draws text with ab_glyph from a TTF file registered here (no fontconfig needed).
-fn ensure_font() -> Result<()> {
+pub(crate) fn ensure_font() -> Result<()> {
     static ONCE: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
         let candidates: Vec<String> = match std::env::var("LEVEE_BENCH_FONT") {
@@ -167,16 +167,27 @@ const COLORS: [RGBColor; 6] = [
 
 /// A line: its legend name, its points, its colour group (one run, or one op of a single run)
 /// and its variant within the group (mean, median, 95th share a colour and differ in style).
-struct Series {
-    name: String,
-    points: Vec<(f64, f64)>,
-    group: usize,
-    variant: usize,
+pub(crate) struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub group: usize,
+    pub variant: usize,
 }
 
 fn panel(
     area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
     title: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<()> {
+    panel_over(area, title, "elapsed (s)", y_label, series)
+}
+
+/// One chart of `series` against an x axis named `x_label`.
+pub(crate) fn panel_over(
+    area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
+    title: &str,
+    x_label: &str,
     y_label: &str,
     series: &[Series],
 ) -> Result<()> {
@@ -195,6 +206,9 @@ fn panel(
     // Enough decimals that neighbouring ticks differ: 120000 → 0, 4.4 → 1, 0.035 → 3.
     let decimals = (1.0 - y_max.log10().floor()).clamp(0.0, 6.0) as usize;
     let y_fmt = move |v: &f64| format!("{v:.decimals$}");
+    // The x axis likewise: seconds need none, millions of operations may.
+    let x_decimals = (1.0 - x_max.log10().floor()).clamp(0.0, 6.0) as usize;
+    let x_fmt = move |v: &f64| format!("{v:.x_decimals$}");
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
         .margin(8)
@@ -203,9 +217,9 @@ fn panel(
         .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
     chart
         .configure_mesh()
-        .x_desc("elapsed (s)")
+        .x_desc(x_label)
         .y_desc(y_label)
-        .x_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
         .label_style(("sans-serif", 12))
         .draw()?;

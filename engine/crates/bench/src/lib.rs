@@ -2,6 +2,7 @@
 //! driver (levee embedded, RocksDB, RocksDB BlobDB, fjall, LevelDB, or a levee node over gRPC); results are written
 //! in basho_bench's CSV formats and drawn as charts.
 
+pub mod accumulated;
 pub mod anchor;
 pub mod charts;
 pub mod drivers;

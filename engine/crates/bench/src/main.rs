@@ -3,6 +3,7 @@
 //!   [--rebuild-aae-every D [--journal-check]] [--quiet]`
 //! `levee-bench drop <run dir>`
 //! `levee-bench compare <run dir>... --out compare.png [--op get]`
+//! `levee-bench accumulated <run dir>... --out accumulated.png`
 
 use std::path::PathBuf;
 
@@ -101,6 +102,15 @@ enum Cmd {
         /// The operation compared (get, update, put, ...).
         #[arg(long, default_value = "get")]
         op: String,
+    },
+    /// Chart throughput against accumulated operations (how the seeds compare long runs), with a
+    /// least-squares trend per run, and print the trends where the shortest run ended.
+    Accumulated {
+        /// Run directories; the ratio is the first run's trend ÷ each run's.
+        runs: Vec<PathBuf>,
+        /// The chart written.
+        #[arg(long, default_value = "accumulated.png")]
+        out: PathBuf,
     },
 }
 
@@ -215,6 +225,10 @@ fn main() -> Result<()> {
             );
         }
         Cmd::Drop { run } => print!("{}", levee_bench::maintenance::report(&run)?),
+        Cmd::Accumulated { runs, out } => {
+            println!("{}", levee_bench::accumulated::compare(&runs, &out)?);
+            eprintln!("chart: {}", out.display());
+        }
         Cmd::Compare { runs, out, op } => {
             let table = charts::compare(&runs, &out, &op)?;
             println!("{table}");

@@ -379,7 +379,7 @@ fn compare_draws_runs_side_by_side_with_a_ratio_table() {
     run_and_check(&scenario("levee", ops), &a, &files);
     run_and_check(&scenario("rocksdb", ops), &b, &files);
     let png = base.path().join("compare.png");
-    let table = charts::compare(&[a, b], &png, "get").unwrap();
+    let table = charts::compare(&[a.clone(), b.clone()], &png, "get").unwrap();
     assert_eq!(png_size(&png), (charts::WIDTH, charts::PANEL_HEIGHT * 5));
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "{table}");
@@ -391,6 +391,15 @@ fn compare_draws_runs_side_by_side_with_a_ratio_table() {
     assert!(
         charts::compare(&[base.path().join("levee")], &png, "get").is_err(),
         "one run is no comparison"
+    );
+    // Throughput against accumulated operations: a chart and a row per run.
+    let acc = base.path().join("accumulated.png");
+    let t = levee_bench::accumulated::compare(&[a, b], &acc).unwrap();
+    assert_eq!(png_size(&acc), (charts::WIDTH, charts::PANEL_HEIGHT * 2));
+    assert!(
+        t.lines().nth(2).unwrap().starts_with("| levee |")
+            && t.lines().nth(3).unwrap().starts_with("| rocksdb |"),
+        "{t}"
     );
 }
 

@@ -87,6 +87,16 @@ fn proc_io_write_bytes() -> u64 {
         .map_or(0, |io| io.write_bytes)
 }
 
+/// A parameter of the kernel's free page reporting (`/sys/module/page_reporting/parameters`),
+/// where the kernel has it.
+fn page_reporting(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/module/page_reporting/parameters/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Resident bytes and CPU seconds (user + system) of this process, with the kernel's page size
 /// and clock tick rather than assumed ones.
 fn rss_and_cpu() -> (u64, f64) {
@@ -128,6 +138,7 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     let buf = value_buffer(VALUE_BUFFER_BYTES, 0x5EED, s.compressible);
     let user_bytes = Arc::new(AtomicU64::new(0));
     let io_start = proc_io_write_bytes();
+    let reported_start = page_reporting("reported_kib");
 
     if s.preload.keys > 0 {
         let mut v = ValueGen::new(&s.value_generator, buf.clone(), 99);
@@ -442,6 +453,19 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
         "driver={}\nsuccessful={}\nfailed={}\nseconds={:.3}\nuser_bytes_written={}\ndevice_bytes_written={}\n",
         s.driver, result.successful, result.failed, result.seconds, result.user_bytes_written, result.device_bytes_written
     );
+    // The VM's free page reporting (virtio-balloon): memory handed back to the host during the
+    // run must be faulted in again, at several times the cost, by whatever grows into it next —
+    // a growing journal's page cache above all (docs/benchmarks.md, "Free page reporting").
+    if let (Some(order), Some(start), Some(end)) = (
+        page_reporting("page_reporting_order"),
+        reported_start,
+        page_reporting("reported_kib"),
+    ) {
+        meta.push_str(&format!(
+            "page_reporting_order={order}\npage_reporting_kib={}\n",
+            end.saturating_sub(start)
+        ));
+    }
     // Mean results per query, as basho_bench's 2i drivers log them.
     for (op, (n, results)) in query_results.lock().iter() {
         meta.push_str(&format!(

@@ -219,6 +219,14 @@ fn five_get_one_update(driver: &str) {
         r.user_bytes_written > 500 * 4096,
         "preload and updates are counted as user bytes"
     );
+    // Where the kernel reports free pages to a hypervisor, the run says so (it moves results).
+    let meta = std::fs::read_to_string(out.path().join("meta.txt")).unwrap();
+    let reporting = Path::new("/sys/module/page_reporting/parameters/reported_kib").exists();
+    assert_eq!(
+        meta.contains("\npage_reporting_order=") && meta.contains("\npage_reporting_kib="),
+        reporting,
+        "{driver}: {meta}"
+    );
 }
 
 #[test]

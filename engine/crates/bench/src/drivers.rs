@@ -77,6 +77,7 @@ pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>
             compression,
             s.compression_point.as_deref().unwrap_or("on_receipt"),
             s.compaction_mb_per_sec,
+            framed,
         )?),
         "rocksdb" => Arc::new(Emulated::new(
             Rocks::open(dir, sync, false, compression)?,
@@ -103,6 +104,8 @@ pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>
 pub struct Levee {
     store: levee_store::Store,
     dir: PathBuf,
+    /// Objects carry index entries (the scenario indexes): a delete reads them to remove them.
+    indexed: bool,
 }
 
 impl Levee {
@@ -112,6 +115,7 @@ impl Levee {
         compression: &str,
         point: &str,
         compaction_mb_per_sec: Option<u64>,
+        indexed: bool,
     ) -> Result<Levee> {
         let cfg = levee_store::Config {
             sync_on_write: if sync {
@@ -127,6 +131,7 @@ impl Levee {
         Ok(Levee {
             store: levee_store::Store::open(dir, cfg)?,
             dir: dir.to_path_buf(),
+            indexed,
         })
     }
 }
@@ -182,9 +187,14 @@ impl Driver for Levee {
         Ok(())
     }
     fn delete(&self, key: &[u8]) -> Result<()> {
-        let old = match self.store.head(BUCKET, key)? {
-            Some(h) => records::decode(&h.metadata)?,
-            None => Vec::new(),
+        // Without indexes the delete is blind, as the peers' is.
+        let old = match self
+            .indexed
+            .then(|| self.store.head(BUCKET, key))
+            .transpose()?
+        {
+            Some(Some(h)) => records::decode(&h.metadata)?,
+            _ => Vec::new(),
         };
         self.store.delete(BUCKET, key, b"", &changes(&old, &[]))?;
         Ok(())

@@ -229,15 +229,11 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
                     }
                     let i = pick_op(&s.operations, total_weight, &mut rng);
                     let op = s.operations[i].0.as_str();
-                    let keyed = !matches!(
-                        op,
-                        "put_unique" | "get_unique" | "postcode_query" | "dob_query"
-                    );
-                    let k = if keyed {
+                    let k = if crate::scenario::UNKEYED_OPS.contains(&op) {
+                        0
+                    } else {
                         let Some(k) = keys.next_key() else { break };
                         k
-                    } else {
-                        0
                     };
                     let key = key_bytes(k);
                     let t = Instant::now();

@@ -181,6 +181,9 @@ pub const OPS: &[&str] = &[
     "dob_query",
 ];
 
+/// Operations that do not draw from the key generator (they have keys of their own, or none).
+pub const UNKEYED_OPS: &[&str] = &["put_unique", "get_unique", "postcode_query", "dob_query"];
+
 /// Operations that write or read index entries: a scenario with any of them indexes objects.
 pub const INDEX_OPS: &[&str] = &[
     "update_with_2i",

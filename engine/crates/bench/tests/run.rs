@@ -291,7 +291,9 @@ fn record_ops_run_on_every_embedded_driver() {
             line.parse().unwrap()
         };
         assert!(mean("dob_query") > 0.0, "{driver}: {meta}");
-        assert!(mean("postcode_query") >= 0.0, "{driver}: {meta}");
+        // Postcode ranges are narrow: a mean of zero is possible, but the line must be there
+        // (`mean` panics without it).
+        mean("postcode_query");
     }
 }
 

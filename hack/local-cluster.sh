@@ -116,7 +116,7 @@ case "$cmd" in
   up)
     [ $# -ge 2 ] || usage
     dir=$1 n=$2; shift 2
-    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate='' handoff_busy='' aae_exchange='' segment_bytes=1073741824
+    ring=64 nval=3 sync=false delete_delay=3600 handoff_rate='' handoff_busy='' aae_exchange='' segment_bytes=268435456
     while [ $# -gt 0 ]; do
       case "$1" in
         --ring-size) ring=$2; shift 2 ;;

@@ -24,7 +24,7 @@ const (
 	DefaultRingSize            int32 = 64
 	DefaultNVal                int32 = 3
 	DefaultStorageSize               = "100Gi"
-	DefaultJournalSegmentBytes int64 = 1073741824
+	DefaultJournalSegmentBytes int64 = 268435456
 	DefaultWindowStartHour     int32 = 0
 	DefaultWindowEndHour       int32 = 6
 	DefaultRunsPerDay          int32 = 4
@@ -71,7 +71,7 @@ type EngineSpec struct {
 	// +optional
 	SyncOnWrite bool `json:"syncOnWrite,omitempty"`
 	// JournalSegmentBytes is the size at which a journal segment rolls (1 MiB – 4 GiB).
-	// +kubebuilder:default=1073741824
+	// +kubebuilder:default=268435456
 	// +kubebuilder:validation:XValidation:rule="self >= 1048576 && self <= 4294967296",message="engine.journalSegmentBytes must be between 1 MiB (1048576) and 4 GiB (4294967296)"
 	// +optional
 	JournalSegmentBytes int64 `json:"journalSegmentBytes,omitempty"`

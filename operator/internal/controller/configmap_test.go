@@ -16,7 +16,7 @@ func TestBuildConfigMap(t *testing.T) {
 		nMembers int
 	}{
 		{name: "defaults", nMembers: 3,
-			want: []string{"ring_size = 64\n", "n_val = 3\n", "sync_on_write = false\n", "journal_segment_bytes = 1073741824\n",
+			want: []string{"ring_size = 64\n", "n_val = 3\n", "sync_on_write = false\n", "journal_segment_bytes = 268435456\n",
 				"compression_method = \"none\"\n", "compression_point = \"on_receipt\"\n",
 				"[compaction]\nscheduler = \"external\"\n", "single_file_percent = 25\n", "max_run_percent = 75\n", "max_run_length = 4\n",
 				`members_file = "/etc/levee/members.json"`, "[membership]\nmembers = [\n  \"kv-0.kv-headless.ns.svc:8087\",\n  \"kv-1.kv-headless.ns.svc:8087\",\n  \"kv-2.kv-headless.ns.svc:8087\",\n]\n"},
@@ -27,13 +27,13 @@ func TestBuildConfigMap(t *testing.T) {
 			c.Spec.RingSize = 256
 			c.Spec.NVal = 5
 			c.Spec.Engine.SyncOnWrite = true
-			c.Spec.Engine.JournalSegmentBytes = 1 << 28
+			c.Spec.Engine.JournalSegmentBytes = 1 << 29
 			c.Spec.Engine.Compression = "zstd"
 			c.Spec.Engine.CompressionPoint = "onCompact"
 			c.Spec.Compaction.WindowStartHour = i32(22)
 			c.Spec.Compaction.WindowEndHour = i32(4)
 			c.Spec.Compaction.TimeZone = "America/New_York"
-		}, want: []string{"ring_size = 256\n", "n_val = 5\n", "sync_on_write = true\n", "journal_segment_bytes = 268435456\n",
+		}, want: []string{"ring_size = 256\n", "n_val = 5\n", "sync_on_write = true\n", "journal_segment_bytes = 536870912\n",
 			"compression_method = \"zstd\"\n", "compression_point = \"on_compact\"\n",
 			`"kv-4.kv-headless.ns.svc:8087"`},
 			notWant: []string{"= 22", "America/New_York"}},

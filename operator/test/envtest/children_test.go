@@ -111,7 +111,7 @@ func TestCreateBuildsChildren(t *testing.T) {
 			waitFor(t, cm, ns, "kv-config")
 			assertControlled(t, cm, c)
 			toml := cm.Data["levee.toml"]
-			for _, want := range []string{"ring_size = 64", "n_val = 3", "sync_on_write = false", "journal_segment_bytes = 1073741824",
+			for _, want := range []string{"ring_size = 64", "n_val = 3", "sync_on_write = false", "journal_segment_bytes = 268435456",
 				fmt.Sprintf(`"kv-%d.kv-headless.%s.svc:8087"`, n-1, ns)} {
 				if !strings.Contains(toml, want) {
 					t.Errorf("levee.toml lacks %q:\n%s", want, toml)

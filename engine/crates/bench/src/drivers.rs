@@ -71,14 +71,7 @@ pub fn open(s: &crate::scenario::Scenario, dir: &Path) -> Result<Arc<dyn Driver>
     let (sync, compression) = (s.sync, s.compression.as_deref().unwrap_or("none"));
     let framed = s.indexed();
     Ok(match s.driver.as_str() {
-        "levee" => Arc::new(Levee::open(
-            dir,
-            sync,
-            compression,
-            s.compression_point.as_deref().unwrap_or("on_receipt"),
-            s.compaction_mb_per_sec,
-            framed,
-        )?),
+        "levee" => Arc::new(Levee::open(dir, s)?),
         "rocksdb" => Arc::new(Emulated::new(
             Rocks::open(dir, sync, false, compression)?,
             framed,
@@ -109,29 +102,30 @@ pub struct Levee {
 }
 
 impl Levee {
-    fn open(
-        dir: &Path,
-        sync: bool,
-        compression: &str,
-        point: &str,
-        compaction_mb_per_sec: Option<u64>,
-        indexed: bool,
-    ) -> Result<Levee> {
+    fn open(dir: &Path, s: &crate::scenario::Scenario) -> Result<Levee> {
+        let defaults = levee_store::Config::default();
         let cfg = levee_store::Config {
-            sync_on_write: if sync {
+            sync_on_write: if s.sync {
                 levee_store::SyncMode::Sync
             } else {
                 levee_store::SyncMode::None
             },
-            compression_method: compression.parse()?,
-            compression_point: point.parse()?,
-            compaction_bytes_per_sec: compaction_mb_per_sec.map(|m| m * 1_000_000),
-            ..levee_store::Config::default()
+            compression_method: s.compression.as_deref().unwrap_or("none").parse()?,
+            compression_point: s
+                .compression_point
+                .as_deref()
+                .unwrap_or("on_receipt")
+                .parse()?,
+            compaction_bytes_per_sec: s.compaction_mb_per_sec.map(|m| m * 1_000_000),
+            journal_segment_bytes: s
+                .journal_segment_mb
+                .map_or(defaults.journal_segment_bytes, |m| m << 20),
+            ..defaults
         };
         Ok(Levee {
             store: levee_store::Store::open(dir, cfg)?,
             dir: dir.to_path_buf(),
-            indexed,
+            indexed: s.indexed(),
         })
     }
 }

@@ -58,7 +58,7 @@ enum Cmd {
         #[arg(long)]
         compression: Option<String>,
         /// Override the scenario's explicit maintenance interval (levee's journal compaction,
-        /// e.g. 30s; other engines compact on their own and ignore it).
+        /// e.g. 30s, or `off`; other engines compact on their own and ignore it).
         #[arg(long)]
         compact_journal_every: Option<String>,
         /// Override the scenario's AAE rebuild interval (levee's tree rebuilt from a fold of the
@@ -71,6 +71,9 @@ enum Cmd {
         /// levee only: pace journal compaction to this many MB/s of reads + writes.
         #[arg(long)]
         compaction_mb_per_sec: Option<u64>,
+        /// levee only: roll journal segments at this many MiB (the store's default: 256).
+        #[arg(long)]
+        journal_segment_mb: Option<u64>,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -164,14 +167,15 @@ fn main() -> Result<()> {
             rebuild_aae_every,
             journal_check,
             compaction_mb_per_sec,
+            journal_segment_mb,
             quiet,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
             if compression.is_some() {
                 s.compression = compression;
             }
-            if compact_journal_every.is_some() {
-                s.compact_journal_every = compact_journal_every;
+            if let Some(every) = compact_journal_every {
+                s.compact_journal_every = (every != "off").then_some(every);
             }
             if rebuild_aae_every.is_some() {
                 s.rebuild_aae_every = rebuild_aae_every;
@@ -181,6 +185,9 @@ fn main() -> Result<()> {
             }
             if compaction_mb_per_sec.is_some() {
                 s.compaction_mb_per_sec = compaction_mb_per_sec;
+            }
+            if journal_segment_mb.is_some() {
+                s.journal_segment_mb = journal_segment_mb;
             }
             if let Some(d) = driver {
                 s.driver = d;

@@ -449,6 +449,18 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
         "driver={}\nsuccessful={}\nfailed={}\nseconds={:.3}\nuser_bytes_written={}\ndevice_bytes_written={}\n",
         s.driver, result.successful, result.failed, result.seconds, result.user_bytes_written, result.device_bytes_written
     );
+    // levee's journal settings that decide how far its page cache grows (docs/benchmarks.md,
+    // "Free page reporting").
+    if s.driver == "levee" {
+        meta.push_str(&format!(
+            "journal_segment_mb={}
+compact_journal_every={}
+",
+            s.journal_segment_mb
+                .unwrap_or(levee_store::Config::default().journal_segment_bytes >> 20),
+            s.compact_journal_every.as_deref().unwrap_or("off")
+        ));
+    }
     // The VM's free page reporting (virtio-balloon): memory handed back to the host during the
     // run must be faulted in again, at several times the cost, by whatever grows into it next —
     // a growing journal's page cache above all (docs/benchmarks.md, "Free page reporting").

@@ -21,6 +21,7 @@
 //! compression = "lz4"            # optional: levee's compression_method, RocksDB's compression
 //! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
 //! compaction_mb_per_sec = 200    # optional, levee only: journal compaction's pace (unpaced by default)
+//! journal_segment_mb = 1024      # optional, levee only: journal segment roll size (default 256)
 //! unique_value_size = 6000       # put_unique's incompressible write-once documents
 //! [preload]
 //! keys = 10000                  # sequential puts of keys 0..keys before the timed run
@@ -91,6 +92,10 @@ pub struct Scenario {
     /// unpaced when absent.
     #[serde(default)]
     pub compaction_mb_per_sec: Option<u64>,
+    /// levee only: the size at which a journal segment rolls, in MiB (`journal_segment_bytes`);
+    /// the store's default (256 MiB) when absent.
+    #[serde(default)]
+    pub journal_segment_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -371,6 +376,16 @@ impl Scenario {
             ),
             _ => {}
         }
+        match self.journal_segment_mb {
+            Some(0) | Some(4097..) => {
+                bail!("journal_segment_mb must be 1 to 4096 (leave it out for the store's default)")
+            }
+            Some(_) if self.driver != "levee" => bail!(
+                "journal_segment_mb is levee's journal segment size, not for driver {}",
+                self.driver
+            ),
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -416,6 +431,9 @@ mod tests {
         assert!(bad("compression_point = \"later\"").contains("on_compact"));
         assert!(bad("compaction_mb_per_sec = 0").contains("at least 1"));
         assert!(bad("driver = \"fjall\"\ncompaction_mb_per_sec = 100").contains("levee's"));
+        assert!(bad("journal_segment_mb = 0").contains("1 to 4096"));
+        assert!(bad("journal_segment_mb = 5000").contains("1 to 4096"));
+        assert!(bad("driver = \"rocksdb\"\njournal_segment_mb = 64").contains("levee's"));
         assert!(bad("[index]\nentries = 0").contains("1..=16"));
         assert!(bad("[index]\nmax_results = 0").contains("at least 1"));
         let e = bad("[index]\ndob_regex = \"[0-9\"");

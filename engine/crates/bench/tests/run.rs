@@ -227,6 +227,12 @@ fn five_get_one_update(driver: &str) {
         reporting,
         "{driver}: {meta}"
     );
+    // levee's runs say how large its journal segments were and how often it compacted.
+    assert_eq!(
+        meta.contains("\njournal_segment_mb=256\ncompact_journal_every=off\n"),
+        driver == "levee",
+        "{driver}: {meta}"
+    );
 }
 
 #[test]

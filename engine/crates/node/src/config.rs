@@ -249,7 +249,7 @@ impl Default for EngineSection {
     fn default() -> Self {
         EngineSection {
             sync_on_write: false,
-            journal_segment_bytes: 1 << 30,
+            journal_segment_bytes: 256 << 20,
             aae_segments: levee_store::Config::default().aae_segments,
             compression_method: "none".into(),
             compression_point: "on_receipt".into(),
@@ -500,7 +500,7 @@ members_file = "/etc/levee/members.json"
 
 [engine]
 sync_on_write = true
-journal_segment_bytes = 1073741824
+journal_segment_bytes = 268435456
 compression_method = "lz4"
 compression_point = "on_compact"
 

@@ -106,7 +106,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             sync_on_write: SyncMode::None,
-            journal_segment_bytes: 1 << 30,
+            journal_segment_bytes: 256 << 20,
             journal_segment_records: 200_000,
             journal_bytes_per_sync: 8 << 20,
             memtable_bytes: 16 << 20,

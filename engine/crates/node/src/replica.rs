@@ -85,8 +85,9 @@ pub struct Forward {
     pub bucket: Vec<u8>,
     pub key: Vec<u8>,
     pub object: Object,
-    /// Told (or dropped) once the next owner has it or the forward failed.
-    pub done: tokio::sync::oneshot::Sender<()>,
+    /// Told `true` once the next owner has it (or no longer needs it), `false` when the forward
+    /// failed; dropped counts as failed.
+    pub done: tokio::sync::oneshot::Sender<bool>,
 }
 
 /// Forwards queued before the transfer task takes them; beyond this they are lost (and caught
@@ -107,9 +108,9 @@ pub type KeysPageOut = (Vec<Vec<u8>>, Option<Vec<u8>>, u64);
 pub struct Stored {
     pub object: Object,
     pub sqn: u64,
-    /// Resolves once the write reached the vnode's next owner, when it is forwarded there
-    /// (`Replicas::write` waits for it).
-    pub forwarded: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Resolves once the write reached the vnode's next owner (`true`) or could not (`false`),
+    /// when it is forwarded there (`Replicas::write` waits for it).
+    pub forwarded: Option<tokio::sync::oneshot::Receiver<bool>>,
 }
 
 impl Replicas {
@@ -158,38 +159,43 @@ impl Replicas {
     }
 
     /// Queue a stored write for the vnode's next owner when it is moving (or just moved): the
-    /// receiver resolves once it is there.
+    /// receiver resolves once it is there, or with `false` at once when the queue is full.
     fn forward(
         &self,
         partition: u32,
         bucket: &[u8],
         key: &[u8],
         object: &Object,
-    ) -> Option<tokio::sync::oneshot::Receiver<()>> {
+    ) -> Option<tokio::sync::oneshot::Receiver<bool>> {
         if !self.forwarding[partition as usize].load(Ordering::SeqCst) {
             return None;
         }
         let (done, rx) = tokio::sync::oneshot::channel();
-        let sent = self.forward_tx.get().is_some_and(|tx| {
-            tx.try_send(Forward {
-                partition,
-                bucket: bucket.to_vec(),
-                key: key.to_vec(),
-                object: object.clone(),
-                done,
-            })
-            .is_ok()
-        });
-        if !sent {
+        let f = Forward {
+            partition,
+            bucket: bucket.to_vec(),
+            key: key.to_vec(),
+            object: object.clone(),
+            done,
+        };
+        let refused = match self.forward_tx.get() {
+            Some(tx) => tx.try_send(f).err().map(|e| e.into_inner()),
+            None => Some(f),
+        };
+        if let Some(f) = refused {
             self.forward_lost[partition as usize].store(true, Ordering::SeqCst);
-            return None;
+            let _ = f.done.send(false);
         }
         Some(rx)
     }
 
     /// A write ([`Replicas::call`] of a closure that stores): when its vnode is moving, the
     /// answer waits (up to the default deadline) until the next owner has the write too, so a
-    /// read routed by the new claim right after the switch finds it.
+    /// read routed by the new claim right after the switch finds it. When the forward fails or
+    /// times out the write stays stored here but this replica answers with an error: counted as
+    /// an acknowledgement it would let a quorum form that a read by the other claim can miss
+    /// (old owner and one member that stays, against new owner and the other member that stays).
+    /// The members that own the partition in both claims still acknowledge.
     pub async fn write(
         self: &Arc<Self>,
         partition: u32,
@@ -198,7 +204,23 @@ impl Replicas {
     ) -> Result<Stored, Status> {
         let mut s = self.call(partition, deadline, f).await?;
         if let Some(rx) = s.forwarded.take() {
-            let _ = tokio::time::timeout(self.default_deadline, rx).await;
+            match tokio::time::timeout(self.default_deadline, rx).await {
+                Ok(Ok(true)) => {}
+                // Aborted, not Unavailable: this member answered, and must not be marked down.
+                Ok(Ok(false)) | Ok(Err(_)) => {
+                    return Err(Status::aborted(format!(
+                        "p{partition}: stored here, but the forward to the partition's next owner \
+                         failed: not acknowledged while the ring moves"
+                    )))
+                }
+                Err(_) => {
+                    return Err(Status::aborted(format!(
+                        "p{partition}: stored here, but the forward to the partition's next owner \
+                         did not finish in {:?}: not acknowledged while the ring moves",
+                        self.default_deadline
+                    )))
+                }
+            }
         }
         Ok(s)
     }

@@ -248,10 +248,13 @@ impl Transitions {
                 })
                 .collect()
         };
-        for (on, to) in c.replicas.forwarding.iter().zip(&forward_to) {
-            on.store(to.is_some(), Ordering::SeqCst);
-        }
+        // Destinations before switches: a write that finds its vnode's switch on must find where
+        // to forward it (a forward with no destination counts as not needed).
+        let on: Vec<bool> = forward_to.iter().map(Option::is_some).collect();
         *self.forward_to.lock() = forward_to;
+        for (flag, on) in c.replicas.forwarding.iter().zip(on) {
+            flag.store(on, Ordering::SeqCst);
+        }
         if view.target.is_none() {
             return Ok(());
         }
@@ -541,14 +544,22 @@ impl Transitions {
                 // gets the writes this node took for its old vnodes while the switch settles:
                 // a member that has not switched yet still reads from it (after that it serves
                 // nothing, and is no longer in the lists).
+                let target_down = to
+                    .as_ref()
+                    .is_some_and(|to| *to != c.peers.self_name && c.peers.down().contains(to));
+                if target_down {
+                    c.replicas.forward_lost[f.partition as usize].store(true, Ordering::SeqCst);
+                }
                 let to = to.filter(|to| *to != c.peers.self_name && !c.peers.down().contains(to));
                 let view = match &to {
                     Some(to) if view.member(to).is_none() => me.departed_view(&view, to),
                     Some(_) => Some(view),
                     None => None,
                 };
+                // No forward needed: the vnode no longer moves, or the next owner is this node.
+                // A next owner marked down cannot take it: the write is not acknowledged here.
                 let (Some(to), Some(view)) = (to, view) else {
-                    let _ = f.done.send(());
+                    let _ = f.done.send(!target_down);
                     return;
                 };
                 let t = Target {
@@ -560,12 +571,12 @@ impl Transitions {
                 let r = c
                     .transfer_replica(&view, &t, f.bucket, f.key, Arc::new(f.object), deadline)
                     .await;
-                if let Err(e) = r {
+                if let Err(e) = &r {
                     log::debug!("transition: forward to {} failed: {e}", t.node);
                     c.metrics.transition_forwards_failed.inc();
                     c.replicas.forward_lost[f.partition as usize].store(true, Ordering::SeqCst);
                 }
-                let _ = f.done.send(());
+                let _ = f.done.send(r.is_ok());
                 drop(permit);
             });
         }

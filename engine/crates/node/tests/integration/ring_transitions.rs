@@ -30,7 +30,14 @@ async fn members(addr: &str) -> Option<pb::MembersResponse> {
 }
 
 /// Waits until every node in `addrs` routes with member list `version` (transition complete).
-async fn wait_settled(addrs: &[(String, String)], version: u64, limit: Duration) -> Duration {
+/// On timeout the failure carries the tail of each unreachable member's log (`dir/<name>/log`):
+/// whether it died, and why.
+async fn wait_settled(
+    dir: &std::path::Path,
+    addrs: &[(String, String)],
+    version: u64,
+    limit: Duration,
+) -> Duration {
     let start = Instant::now();
     loop {
         let mut pending = Vec::new();
@@ -49,11 +56,27 @@ async fn wait_settled(addrs: &[(String, String)], version: u64, limit: Duration)
         if pending.is_empty() {
             return start.elapsed();
         }
-        assert!(
-            start.elapsed() < limit,
-            "transition to version {version} not complete after {limit:?}: {}",
-            pending.join(", ")
-        );
+        if start.elapsed() >= limit {
+            let mut logs = String::new();
+            for (name, _) in addrs {
+                if pending
+                    .iter()
+                    .any(|p| p == &format!("{name} (unreachable)"))
+                {
+                    let text = std::fs::read_to_string(dir.join(name).join("log"))
+                        .unwrap_or_else(|e| format!("(no log: {e})"));
+                    let lines: Vec<&str> = text.lines().collect();
+                    logs += &format!(
+                        "--- last lines of {name}'s log:\n{}\n",
+                        lines[lines.len().saturating_sub(40)..].join("\n")
+                    );
+                }
+            }
+            panic!(
+                "transition to version {version} not complete after {limit:?}: {}\n{logs}",
+                pending.join(", ")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -79,6 +102,7 @@ fn ring_log(dir: &std::path::Path, nodes: &[(String, String, String)]) -> String
         let text = std::fs::read_to_string(dir.join(&n.0).join("log")).unwrap_or_default();
         for l in text.lines().filter(|l| {
             l.contains("membership:")
+                || l.contains("transition:")
                 || l.contains("marked down")
                 || l.contains("up again")
                 || l.contains("ring transition")
@@ -134,7 +158,7 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
         nodes.extend(nodes_of(&run(&["start", &d, name])));
     }
     let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
-    let join = wait_settled(&named, 2, Duration::from_secs(180)).await;
+    let join = wait_settled(&dir, &named, 2, Duration::from_secs(180)).await;
     end_phase("3 -> 5 (transition)", &mut phases);
     let five = members(&addrs[0]).await.unwrap();
     for (name, a) in &named {
@@ -159,7 +183,7 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
     // Leave: version 3 names the first three again. n4 and n5 stream what they own back, the
     // target routes, and they hold nothing afterwards.
     run(&["members", &d, "3", "n1", "n2", "n3"]);
-    let leave = wait_settled(&named, 3, Duration::from_secs(180)).await;
+    let leave = wait_settled(&dir, &named, 3, Duration::from_secs(180)).await;
     end_phase("5 -> 3 (transition)", &mut phases);
     // What the operator follows a transition by (docs/operator.md, "Scaling"): every member
     // routes by list 3 with nothing left to send, and the leaving ones report what they streamed.
@@ -374,7 +398,7 @@ async fn a_transfer_resumes_after_the_receiver_is_killed_without_sending_much_ag
     tokio::time::sleep(Duration::from_secs(2)).await;
     run(&["start", &d, "n4"]);
     let named: Vec<(String, String)> = nodes.iter().map(|n| (n.0.clone(), n.1.clone())).collect();
-    let took = wait_settled(&named, 2, Duration::from_secs(120)).await;
+    let took = wait_settled(&dir, &named, 2, Duration::from_secs(120)).await;
     let total = sent_by_first_three(&nodes).await - sent_before;
     eprintln!(
         "{} partitions moved holding {:.1} MB; killed n4 after {:.1} MB; sent {:.1} MB in all \
@@ -502,7 +526,7 @@ async fn foreground_throughput_while_a_join_moves_data() {
             v
         })
     };
-    let took = wait_settled(&named, 2, Duration::from_secs(600)).await;
+    let took = wait_settled(&dir, &named, 2, Duration::from_secs(600)).await;
     joined.store(true, Ordering::Relaxed);
     let samples = sampler.await.unwrap();
     let during = (acked.load(Ordering::Relaxed) - a0) as f64 / t0.elapsed().as_secs_f64();

@@ -5,9 +5,9 @@
 #   make bench-demo    ~2 min: levee vs RocksDB on a seed-style workload, ratio table + charts in out/demo
 #   make bench         the full matrix (6 scenarios x 5 engines), tables + charts in out/bench
 # BENCH_DURATION overrides every scenario's duration (e.g. BENCH_DURATION=60s make bench).
-# BENCH_COMPACT_EVERY has levee compact its journal that often during each run (e.g. 30s), as a
-# node's scheduler would; unset, levee runs outside any compaction window and its journal grows
-# with every update (an estimated 37 GB in 5 minutes of 8k_nosync on the reference box).
+# The matrix scenarios have levee compact its journal every 5 s (compact_journal_every), as
+# RocksDB compacts all along. BENCH_COMPACT_EVERY overrides it (e.g. 30s, or off: levee's journal
+# then grows with every update, 60+ GB in 5 minutes of 16k_nosync on the reference box).
 
 BENCH_CARGO ?= cargo
 BENCH_BIN := engine/target/release/levee-bench

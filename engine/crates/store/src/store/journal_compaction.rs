@@ -188,6 +188,8 @@ impl Inner {
         };
         self.c.compaction_active.store(1, Ordering::Relaxed);
         let result = self.compact_journal_locked();
+        // The replaced segments nobody else holds are queued for removal by now: wait for it.
+        crate::journal::segment::reap_barrier();
         self.c.compaction_active.store(0, Ordering::Relaxed);
         result
     }

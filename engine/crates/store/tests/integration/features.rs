@@ -527,7 +527,32 @@ fn compaction_reclaims_replaced_values_and_keeps_every_live_key() {
             value(k, 3)
         );
     }
+    // The segments the snapshot pinned are still on disk; once it lets go they are removed (by
+    // the segment reaper, not by the thread that dropped the last reference).
+    let seg_bytes_on_disk = || -> u64 {
+        std::fs::read_dir(d.path().join("journal"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "seg"))
+            // A file the reaper removes between the listing and the stat counts as gone.
+            .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+            .sum()
+    };
+    let listed = s.stats().journal_disk_bytes;
+    assert!(
+        seg_bytes_on_disk() > listed,
+        "the snapshot's segments should still be on disk"
+    );
     drop(snap);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seg_bytes_on_disk() > listed {
+        assert!(
+            Instant::now() < deadline,
+            "replaced segments still on disk 10 s after the snapshot let go: {} > {listed} bytes",
+            seg_bytes_on_disk()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for k in 0..400u32 {
         assert_eq!(
             s.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,

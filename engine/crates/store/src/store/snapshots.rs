@@ -26,11 +26,19 @@ impl Inner {
         })
     }
 
-    /// Release the files of expired snapshots.
+    /// Release the files of expired snapshots. Journal segments they were the last to hold are
+    /// removed (by the segment reaper) before this returns.
     pub(super) fn reap_snapshots(&self) -> usize {
-        let mut reg = self.snapshots.lock();
-        reg.retain(|w| w.upgrade().is_some_and(|s| !s.reap()));
-        reg.len()
+        let (live, reaped) = {
+            let mut reg = self.snapshots.lock();
+            let before = reg.len();
+            reg.retain(|w| w.upgrade().is_some_and(|s| !s.reap()));
+            (reg.len(), reg.len() < before)
+        };
+        if reaped {
+            crate::journal::segment::reap_barrier();
+        }
+        live
     }
 
     /// A consistent view at the current SQN. Taken under the write lock so the fence matches the

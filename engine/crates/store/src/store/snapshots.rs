@@ -27,18 +27,17 @@ impl Inner {
     }
 
     /// Release the files of expired snapshots. Journal segments they were the last to hold are
-    /// removed (by the segment reaper) before this returns.
+    /// removed (by the segment reaper) before this returns, and before the registry is let go:
+    /// a caller that finds nothing left to reap (the ledger worker reaped it a moment before)
+    /// also finds the files gone.
     pub(super) fn reap_snapshots(&self) -> usize {
-        let (live, reaped) = {
-            let mut reg = self.snapshots.lock();
-            let before = reg.len();
-            reg.retain(|w| w.upgrade().is_some_and(|s| !s.reap()));
-            (reg.len(), reg.len() < before)
-        };
-        if reaped {
+        let mut reg = self.snapshots.lock();
+        let before = reg.len();
+        reg.retain(|w| w.upgrade().is_some_and(|s| !s.reap()));
+        if reg.len() < before {
             crate::journal::segment::reap_barrier();
         }
-        live
+        reg.len()
     }
 
     /// A consistent view at the current SQN. Taken under the write lock so the fence matches the

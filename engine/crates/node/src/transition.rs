@@ -544,13 +544,12 @@ impl Transitions {
                 // gets the writes this node took for its old vnodes while the switch settles:
                 // a member that has not switched yet still reads from it (after that it serves
                 // nothing, and is no longer in the lists).
-                let target_down = to
-                    .as_ref()
-                    .is_some_and(|to| *to != c.peers.self_name && c.peers.down().contains(to));
+                let to = to.filter(|to| *to != c.peers.self_name);
+                let target_down = to.as_ref().is_some_and(|to| c.peers.down().contains(to));
                 if target_down {
                     c.replicas.forward_lost[f.partition as usize].store(true, Ordering::SeqCst);
                 }
-                let to = to.filter(|to| *to != c.peers.self_name && !c.peers.down().contains(to));
+                let to = to.filter(|_| !target_down);
                 let view = match &to {
                     Some(to) if view.member(to).is_none() => me.departed_view(&view, to),
                     Some(_) => Some(view),

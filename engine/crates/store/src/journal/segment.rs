@@ -101,8 +101,7 @@ enum Reap {
 /// closing its last handle (the kernel then drops its page cache) took that GET hundreds of
 /// milliseconds, so the work goes to one process-wide thread instead.
 fn reap(job: Reap) {
-    static QUEUE: std::sync::OnceLock<parking_lot::Mutex<std::sync::mpsc::Sender<Reap>>> =
-        std::sync::OnceLock::new();
+    static QUEUE: std::sync::OnceLock<std::sync::mpsc::Sender<Reap>> = std::sync::OnceLock::new();
     let queue = QUEUE.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<Reap>();
         let spawned = std::thread::Builder::new()
@@ -115,9 +114,9 @@ fn reap(job: Reap) {
         if let Err(e) = spawned {
             log::warn!("no segment reaper thread ({e}): replaced segments are removed inline");
         }
-        parking_lot::Mutex::new(tx)
+        tx
     });
-    if let Err(std::sync::mpsc::SendError(job)) = queue.lock().send(job) {
+    if let Err(std::sync::mpsc::SendError(job)) = queue.send(job) {
         run_reap(job);
     }
 }

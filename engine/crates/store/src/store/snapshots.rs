@@ -32,9 +32,16 @@ impl Inner {
     /// also finds the files gone.
     pub(super) fn reap_snapshots(&self) -> usize {
         let mut reg = self.snapshots.lock();
-        let before = reg.len();
-        reg.retain(|w| w.upgrade().is_some_and(|s| !s.reap()));
-        if reg.len() < before {
+        let mut expired = false;
+        reg.retain(|w| {
+            w.upgrade().is_some_and(|s| {
+                let gone = s.reap();
+                expired |= gone;
+                !gone
+            })
+        });
+        // Only after an expiry: snapshots dropped by their holders released their segments then.
+        if expired {
             crate::journal::segment::reap_barrier();
         }
         reg.len()

@@ -120,6 +120,12 @@ impl Levee {
             journal_segment_bytes: s
                 .journal_segment_mb
                 .map_or(defaults.journal_segment_bytes, |m| m << 20),
+            compaction_busy_percent: s
+                .compaction_busy_percent
+                .unwrap_or(defaults.compaction_busy_percent),
+            aae_rebuild_busy_percent: s
+                .aae_rebuild_busy_percent
+                .unwrap_or(defaults.aae_rebuild_busy_percent),
             ..defaults
         };
         Ok(Levee {

@@ -74,6 +74,14 @@ enum Cmd {
         /// levee only: roll journal segments at this many MiB (the store's default: 256).
         #[arg(long)]
         journal_segment_mb: Option<u64>,
+        /// levee only: the percent of the time a journal compaction works, 1–100 (the store's
+        /// default: 100, unpaced).
+        #[arg(long)]
+        compaction_busy_percent: Option<u32>,
+        /// levee only: the percent of the time an AAE rebuild works, 1–100 (100: unpaced; the
+        /// store's default: 10).
+        #[arg(long)]
+        aae_busy_percent: Option<u32>,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -168,6 +176,8 @@ fn main() -> Result<()> {
             journal_check,
             compaction_mb_per_sec,
             journal_segment_mb,
+            aae_busy_percent,
+            compaction_busy_percent,
             quiet,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
@@ -188,6 +198,12 @@ fn main() -> Result<()> {
             }
             if journal_segment_mb.is_some() {
                 s.journal_segment_mb = journal_segment_mb;
+            }
+            if compaction_busy_percent.is_some() {
+                s.compaction_busy_percent = compaction_busy_percent;
+            }
+            if aae_busy_percent.is_some() {
+                s.aae_rebuild_busy_percent = aae_busy_percent;
             }
             if let Some(d) = driver {
                 s.driver = d;

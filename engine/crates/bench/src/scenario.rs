@@ -22,6 +22,8 @@
 //! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
 //! compaction_mb_per_sec = 200    # optional, levee only: journal compaction's pace (unpaced by default)
 //! journal_segment_mb = 1024      # optional, levee only: journal segment roll size (default 256)
+//! compaction_busy_percent = 25  # optional, levee only: percent of the time a compaction works (default 100)
+//! aae_rebuild_busy_percent = 100 # optional, levee only: percent of the time a rebuild works (default 10)
 //! unique_value_size = 6000       # put_unique's incompressible write-once documents
 //! [preload]
 //! keys = 10000                  # sequential puts of keys 0..keys before the timed run
@@ -96,6 +98,14 @@ pub struct Scenario {
     /// the store's default (256 MiB) when absent.
     #[serde(default)]
     pub journal_segment_mb: Option<u64>,
+    /// levee only: the percent of the time a journal compaction works, 1–100
+    /// (`compaction_busy_percent`); the store's default (100: unpaced) when absent.
+    #[serde(default)]
+    pub compaction_busy_percent: Option<u32>,
+    /// levee only: the percent of the time an AAE rebuild works, 1–100
+    /// (`aae_rebuild_busy_percent`); the store's default (10) when absent.
+    #[serde(default)]
+    pub aae_rebuild_busy_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -376,6 +386,27 @@ impl Scenario {
             ),
             _ => {}
         }
+        for (field, value, paces) in [
+            (
+                "compaction_busy_percent",
+                self.compaction_busy_percent,
+                "journal compaction",
+            ),
+            (
+                "aae_rebuild_busy_percent",
+                self.aae_rebuild_busy_percent,
+                "AAE rebuilds",
+            ),
+        ] {
+            match value {
+                Some(p) if !(1..=100).contains(&p) => bail!("{field} must be 1 to 100, not {p}"),
+                Some(_) if self.driver != "levee" => bail!(
+                    "{field} paces levee's {paces}, not for driver {}",
+                    self.driver
+                ),
+                _ => {}
+            }
+        }
         match self.journal_segment_mb {
             Some(0) | Some(4097..) => {
                 bail!("journal_segment_mb must be 1 to 4096 (leave it out for the store's default)")
@@ -434,6 +465,11 @@ mod tests {
         assert!(bad("journal_segment_mb = 0").contains("1 to 4096"));
         assert!(bad("journal_segment_mb = 5000").contains("1 to 4096"));
         assert!(bad("driver = \"rocksdb\"\njournal_segment_mb = 64").contains("levee's"));
+        assert!(bad("compaction_busy_percent = 0").contains("1 to 100"));
+        assert!(bad("driver = \"fjall\"\ncompaction_busy_percent = 50").contains("levee's"));
+        assert!(bad("aae_rebuild_busy_percent = 0").contains("1 to 100"));
+        assert!(bad("aae_rebuild_busy_percent = 101").contains("1 to 100"));
+        assert!(bad("driver = \"rocksdb\"\naae_rebuild_busy_percent = 100").contains("levee's"));
         assert!(bad("[index]\nentries = 0").contains("1..=16"));
         assert!(bad("[index]\nmax_results = 0").contains("at least 1"));
         let e = bad("[index]\ndob_regex = \"[0-9\"");

@@ -46,6 +46,7 @@ pub fn stats_map(s: &levee_store::Stats) -> HashMap<String, f64> {
     put("journal_fsyncs", s.journal_fsyncs as f64);
     put("aae_rebuilds", s.aae_rebuilds as f64);
     put("aae_rebuild_seconds", s.aae_rebuild_seconds);
+    put("aae_rebuild_paced_seconds", s.aae_rebuild_paced_seconds);
     put("journal_compaction_runs", s.journal_compaction_runs as f64);
     put(
         "journal_compaction_reclaimed_bytes",

@@ -21,7 +21,8 @@
 //!               compression_method ("none" | "lz4" | "zstd"; default "none"),
 //!               compression_point ("on_receipt" | "on_compact"; default "on_receipt")
 //! [compaction]  window_start_hour, window_end_hour, runs_per_day, time_zone, single_file_percent,
-//!               max_run_percent, max_run_length, scheduler ("external" | "node")
+//!               max_run_percent, max_run_length, scheduler ("external" | "node"),
+//!               busy_percent (100: a run's share of the time; below 100 it waits between batches)
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
 //!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
@@ -29,7 +30,8 @@
 //!               hinted-handoff transfer and of each partition a ring transition streams — at most
 //!               that many bytes per second, working at most that share of the time (`pacing.rs`)
 //! [aae]         exchange_interval_secs (3600; 0: only when asked): how often this member compares
-//!               the preflists it leads with their replicas and repairs what differs
+//!               the preflists it leads with their replicas and repairs what differs;
+//!               rebuild_busy_percent (10): the share of the time a vnode's tree rebuild works
 //! [limits]      vnode_concurrency (4), vnode_queue (64), default_deadline_ms (2000): overload
 //!               protection, see `admission.rs` — each vnode runs at most vnode_concurrency engine
 //!               calls at once and queues at most vnode_queue more; a request that cannot start
@@ -120,6 +122,9 @@ pub struct CompactionSection {
     /// "external" (default: the operator's CronJobs call `levee admin compact-journal`) or "node"
     /// (each store schedules `runs_per_day` runs inside the window itself, in UTC).
     pub scheduler: String,
+    /// Percent of the time a compaction run works (1–100; 100: unpaced); the store's
+    /// `compaction_busy_percent`.
+    pub busy_percent: u32,
 }
 
 /// TLS on the gRPC port (see `tls.rs`). The operator mounts its cert-manager Secret at
@@ -187,12 +192,16 @@ pub struct AaeSection {
     /// Seconds between the starts of this member's exchange rounds (each round compares every
     /// preflist this member leads with its replicas, one at a time); 0: only when asked.
     pub exchange_interval_secs: u64,
+    /// Percent of the time a vnode's AAE tree rebuild works (1–100; 100: unpaced); the store's
+    /// `aae_rebuild_busy_percent`.
+    pub rebuild_busy_percent: u32,
 }
 
 impl Default for AaeSection {
     fn default() -> Self {
         AaeSection {
             exchange_interval_secs: 3600,
+            rebuild_busy_percent: levee_store::Config::default().aae_rebuild_busy_percent,
         }
     }
 }
@@ -269,6 +278,7 @@ impl Default for CompactionSection {
             max_run_percent: t.run as u32,
             max_run_length: t.max_run as u32,
             scheduler: "external".into(),
+            busy_percent: levee_store::Config::default().compaction_busy_percent,
         }
     }
 }
@@ -361,6 +371,18 @@ impl NodeConfig {
                 l.default_deadline_ms
             );
         }
+        if !(1..=100).contains(&self.compaction.busy_percent) {
+            bail!(
+                "compaction.busy_percent must be between 1 and 100 (100: unpaced), got {}",
+                self.compaction.busy_percent
+            );
+        }
+        if !(1..=100).contains(&self.aae.rebuild_busy_percent) {
+            bail!(
+                "aae.rebuild_busy_percent must be between 1 and 100 (100: unpaced), got {}",
+                self.aae.rebuild_busy_percent
+            );
+        }
         if !(1..=100).contains(&self.handoff.busy_percent) {
             bail!(
                 "handoff.busy_percent must be between 1 and 100 (100: no limit), got {}",
@@ -447,6 +469,7 @@ impl NodeConfig {
             },
             journal_segment_bytes: self.engine.journal_segment_bytes,
             aae_segments: self.engine.aae_segments,
+            aae_rebuild_busy_percent: self.aae.rebuild_busy_percent,
             aae_branch_width: if self.engine.aae_segments.is_multiple_of(256) {
                 256
             } else {
@@ -462,6 +485,7 @@ impl NodeConfig {
                 max_run: c.max_run_length as usize,
             },
             compaction_window: (c.window_start_hour, c.window_end_hour),
+            compaction_busy_percent: c.busy_percent,
             compaction_runs_per_day: if c.scheduler == "node" {
                 c.runs_per_day
             } else {
@@ -676,8 +700,23 @@ ca_file = "/etc/levee/tls/ca.crt"
     }
 
     #[test]
-    fn the_handoff_busy_share_is_a_percentage() {
+    fn the_busy_shares_are_percentages() {
         let load = |toml: &str| NodeConfig::load_str(toml).and_then(|c| c.validate().map(|_| c));
+        let c = load("[aae]\nrebuild_busy_percent = 100\n").unwrap();
+        assert_eq!(c.store_config().unwrap().aae_rebuild_busy_percent, 100);
+        assert_eq!(
+            load("")
+                .unwrap()
+                .store_config()
+                .unwrap()
+                .aae_rebuild_busy_percent,
+            10
+        );
+        let c = load("[compaction]\nbusy_percent = 30\n").unwrap();
+        assert_eq!(c.store_config().unwrap().compaction_busy_percent, 30);
+        assert!(load("[compaction]\nbusy_percent = 101\n").is_err());
+        let e = load("[aae]\nrebuild_busy_percent = 0\n").unwrap_err();
+        assert!(format!("{e:#}").contains("rebuild_busy_percent"), "{e:#}");
         let c = load("[handoff]\nbusy_percent = 40\n").unwrap();
         assert_eq!(c.handoff.busy_percent, 40);
         assert_eq!(c.handoff.max_bytes_per_sec, 32 << 20);

@@ -75,12 +75,20 @@ pub struct Config {
     pub aae_segments: u32,
     /// AAE leaves per branch.
     pub aae_branch_width: u32,
+    /// Percent of the time an AAE tree rebuild works (1–100; 100: unpaced, a core's worth of CPU
+    /// while it runs): it folds the ledger in batches and waits between them (`pacing`).
+    /// Default 10: a rebuild takes about ten times as long as unpaced and a tenth of a core.
+    pub aae_rebuild_busy_percent: u32,
     /// Journal compaction run choice.
     pub compaction: crate::compaction::CompactionThresholds,
     /// Records sampled per segment to score its live fraction.
     pub compaction_sample_records: usize,
     /// Read+write budget of a compaction run (bytes per second); `None`: unthrottled.
     pub compaction_bytes_per_sec: Option<u64>,
+    /// Percent of the time a compaction run works (1–100; default 100: unpaced). Below 100 a run
+    /// waits between batches of records, leaving the CPU to requests, and reclaims space that
+    /// much more slowly.
+    pub compaction_busy_percent: u32,
     /// Scheduled compaction: allowed UTC hours `[start, end)` (may wrap midnight; equal = all day).
     pub compaction_window: (u32, u32),
     /// Scheduled compaction runs per day; 0 disables the scheduler (explicit `compact_journal` only).
@@ -125,9 +133,11 @@ impl Default for Config {
             snapshot_fold_lifetime: std::time::Duration::from_secs(24 * 3600),
             aae_segments: crate::aae::DEFAULT_SEGMENTS,
             aae_branch_width: crate::aae::DEFAULT_BRANCH_WIDTH,
+            aae_rebuild_busy_percent: 10,
             compaction: crate::compaction::CompactionThresholds::default(),
             compaction_sample_records: 192,
             compaction_bytes_per_sec: None,
+            compaction_busy_percent: 100,
             compaction_window: (0, 0),
             compaction_runs_per_day: 0,
             compression_method: crate::Compression::None,
@@ -187,6 +197,12 @@ impl Config {
                 || !self.aae_segments.is_multiple_of(self.aae_branch_width))
         {
             return bad("aae_segments must be a multiple of aae_branch_width (>= 1)");
+        }
+        if !(1..=100).contains(&self.compaction_busy_percent) {
+            return bad("compaction_busy_percent must be 1 to 100");
+        }
+        if !(1..=100).contains(&self.aae_rebuild_busy_percent) {
+            return bad("aae_rebuild_busy_percent must be 1 to 100");
         }
         let c = &self.compaction;
         if !(0.0..=100.0).contains(&c.single_file)

@@ -28,6 +28,7 @@ mod keys;
 mod ledger;
 mod lock_order;
 mod manifest;
+pub mod pacing;
 mod snapshot;
 pub mod storage;
 mod store;

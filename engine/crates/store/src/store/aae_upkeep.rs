@@ -2,6 +2,7 @@
 //! the rebuild from a snapshot fold while writes go on.
 
 use super::*;
+use crate::pacing::{Pace, Pacer, STORE_BURST};
 
 impl Inner {
     /// The AAE segment of (bucket, key) and what XORing the old object's leaf hash out and the new
@@ -126,6 +127,7 @@ impl Inner {
             a.rebuild_delta = Some(aae::Leaves::new(a.segments()));
             (self.view_locked(), a.segments(), a.branch_width)
         };
+        let mut paced = Duration::ZERO;
         let built = (|| -> Result<aae::Leaves> {
             let snap = SnapInner::new(view, self.cfg.snapshot_fold_lifetime);
             let s = Snapshot {
@@ -138,9 +140,26 @@ impl Inner {
                 ..HeadFoldOptions::default()
             };
             let mut leaves = aae::Leaves::new(segments);
+            let mut pacer = Pacer::with_burst(
+                Pace {
+                    max_bytes_per_sec: 0,
+                    busy_percent: self.cfg.aae_rebuild_busy_percent,
+                },
+                STORE_BURST,
+            );
+            let mut batch = Instant::now();
             for (n, h) in s.fold_heads(&opts)?.enumerate() {
-                if n % 4096 == 0 && self.closed.load(Ordering::Acquire) {
-                    return Err(Error::Closed);
+                if n % 1024 == 0 {
+                    let wait = pacer.after_batch(batch.elapsed(), 0);
+                    if !wait.is_zero() {
+                        let rested = Instant::now();
+                        self.rest_background(wait);
+                        paced += rested.elapsed();
+                    }
+                    batch = Instant::now();
+                    if self.closed.load(Ordering::Acquire) {
+                        return Err(Error::Closed);
+                    }
                 }
                 let h = h?;
                 leaves.xor(
@@ -165,6 +184,9 @@ impl Inner {
         self.c
             .aae_rebuild_nanos
             .store(took.as_nanos() as u64, Ordering::Relaxed);
+        self.c
+            .aae_rebuild_paced_nanos
+            .store(paced.as_nanos() as u64, Ordering::Relaxed);
         Ok(took)
     }
 }

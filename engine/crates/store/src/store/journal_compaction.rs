@@ -3,6 +3,7 @@
 //! is set, a live record stored raw is compressed as it is rewritten (value_codec.rs).
 
 use super::*;
+use crate::pacing::{Pace, Pacer, STORE_BURST};
 use crate::value_codec::{self, ValueCodec};
 
 /// Bytes a compaction output gathers before one write. Record-sized writes to a new file cost the
@@ -10,6 +11,10 @@ use crate::value_codec::{self, ValueCodec};
 /// the data (a profile of the compaction thread: 31 % copying, 30 % zeroing); whole-span writes
 /// leave only the last partial page to zero.
 const OUTPUT_SPAN: usize = 1 << 20;
+/// A compaction consults its pace after this many records visited or bytes moved, whichever
+/// comes first (a few milliseconds of work).
+const PACE_BATCH_RECORDS: u32 = 256;
+const PACE_BATCH_BYTES: u64 = 4 << 20;
 
 /// A compaction output segment written in `OUTPUT_SPAN` pieces. The segment is invisible to
 /// readers until the compaction swaps it in, after `finish`, so records waiting in the buffer are
@@ -270,7 +275,15 @@ impl Inner {
                 records: 0,
             })
         };
-        let mut moved = 0u64;
+        // Paced by bytes moved and by the share of the time it works; both off by default.
+        let mut pacer = Pacer::with_burst(
+            Pace {
+                max_bytes_per_sec: self.cfg.compaction_bytes_per_sec.unwrap_or(0),
+                busy_percent: self.cfg.compaction_busy_percent,
+            },
+            STORE_BURST,
+        );
+        let (mut batch_started, mut batch_records, mut batch_bytes) = (Instant::now(), 0u32, 0u64);
         let (mut packed, mut rewritten) = (Vec::new(), Vec::new());
         let rewrite = (|| -> Result<()> {
             for seg in run {
@@ -280,6 +293,16 @@ impl Inner {
                 for &e in &entries {
                     if self.closed.load(Ordering::Acquire) {
                         return Err(Error::Closed);
+                    }
+                    batch_records += 1;
+                    if batch_records >= PACE_BATCH_RECORDS || batch_bytes >= PACE_BATCH_BYTES {
+                        let wait = pacer.after_batch(batch_started.elapsed(), batch_bytes);
+                        if !wait.is_zero() {
+                            let rested = Instant::now();
+                            self.rest_background(wait);
+                            report.paced_seconds += rested.elapsed().as_secs_f64();
+                        }
+                        (batch_started, batch_records, batch_bytes) = (Instant::now(), 0, 0);
                     }
                     let raw = reader.record(e)?;
                     let rec = record::decode(raw).map_err(|err| {
@@ -315,17 +338,7 @@ impl Inner {
                         .journal_bytes
                         .fetch_add(out.len() as u64, Ordering::Relaxed);
                     report.records_kept += 1;
-                    moved += (raw.len() + out.len()) as u64;
-                    if let Some(rate) = self.cfg.compaction_bytes_per_sec.filter(|r| *r > 0) {
-                        let due = Duration::from_secs_f64(moved as f64 / rate as f64);
-                        if let Some(wait) = due.checked_sub(started.elapsed()) {
-                            // Woken by close, which waits for this run to stop.
-                            let mut bg = self.bg.lock();
-                            if !self.closed.load(Ordering::Acquire) {
-                                self.bg_cv.wait_for(bg.raw(), wait);
-                            }
-                        }
-                    }
+                    batch_bytes += (raw.len() + out.len()) as u64;
                 }
             }
             if let Some(w) = writer.take() {

@@ -92,6 +92,9 @@ pub struct CompactionReport {
     pub bytes_before: u64,
     pub bytes_after: u64,
     pub seconds: f64,
+    /// Of `seconds`, the time the run waited for its pace (`compaction_busy_percent`,
+    /// `compaction_bytes_per_sec`).
+    pub paced_seconds: f64,
 }
 
 struct MemState {
@@ -512,6 +515,16 @@ impl Inner {
                 log::error!("starting {name}: {e}");
                 false
             }
+        }
+    }
+
+    /// Pause paced background work (a throttled compaction, a rebuild between slices) for
+    /// `rest`, or until the store closes.
+    fn rest_background(&self, rest: Duration) {
+        // Close notifies under `bg`, which this holds between its check and its wait.
+        let mut bg = self.bg.lock();
+        if !self.closed.load(Ordering::Acquire) {
+            self.bg_cv.wait_for(bg.raw(), rest);
         }
     }
 

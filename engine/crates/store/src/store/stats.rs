@@ -37,6 +37,8 @@ pub struct Stats {
     pub aae_rebuilds: u64,
     /// Duration of the last AAE rebuild.
     pub aae_rebuild_seconds: f64,
+    /// Of that, the time it waited between batches for its pace (`aae_rebuild_busy_percent`).
+    pub aae_rebuild_paced_seconds: f64,
     /// Snapshots currently pinning files.
     pub live_snapshots: u64,
     pub journal_compaction_runs: u64,
@@ -81,6 +83,7 @@ pub(super) struct Counters {
     pub(super) max_roll_nanos: AtomicU64,
     pub(super) aae_rebuilds: AtomicU64,
     pub(super) aae_rebuild_nanos: AtomicU64,
+    pub(super) aae_rebuild_paced_nanos: AtomicU64,
     pub(super) compaction_runs: AtomicU64,
     pub(super) compaction_reclaimed: AtomicU64,
     pub(super) compaction_active: AtomicU64,
@@ -125,6 +128,7 @@ impl Store {
             max_journal_roll_seconds: l(&c.max_roll_nanos) as f64 / 1e9,
             aae_rebuilds: l(&c.aae_rebuilds),
             aae_rebuild_seconds: l(&c.aae_rebuild_nanos) as f64 / 1e9,
+            aae_rebuild_paced_seconds: l(&c.aae_rebuild_paced_nanos) as f64 / 1e9,
             live_snapshots: i.reap_snapshots() as u64,
             journal_compaction_runs: l(&c.compaction_runs),
             journal_compaction_reclaimed_bytes: l(&c.compaction_reclaimed),

@@ -470,6 +470,56 @@ fn compaction_reclaims_on_a_store_whose_memtable_never_filled() {
     }
 }
 
+/// A compaction run works at most `compaction_busy_percent` of its time: at 10 % it waits between
+/// its batches of records about nine times as long as it works; unpaced it never waits. Either way
+/// it keeps every live value.
+#[test]
+fn a_compaction_keeps_to_its_busy_share() {
+    let value = |k: u32, round: u32| format!("{k}:{round}:").repeat(500).into_bytes();
+    // Every round rewrites 1,000 hot keys and writes 250 keys of its own, never rewritten: every
+    // segment but the newest holds a few live records among many replaced ones.
+    let round_keys =
+        |round: u32| (0..1000u32).chain(10_000 + round * 250..10_000 + (round + 1) * 250);
+    let last_round = |k: u32| if k < 1000 { 7 } else { (k - 10_000) / 250 };
+    for busy_percent in [100, 10] {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            journal_segment_bytes: 4 << 20,
+            compaction_busy_percent: busy_percent,
+            ..journal_cfg()
+        };
+        let s = Store::open(d.path(), cfg).unwrap();
+        for round in 0..8u32 {
+            for k in round_keys(round) {
+                s.put(b"b", &k.to_le_bytes(), &value(k, round), b"", &[])
+                    .unwrap();
+            }
+        }
+        let r = s.compact_journal().unwrap();
+        assert!(
+            r.records_kept > 0 && r.records_dropped > 0,
+            "{busy_percent} %: a run with live and dead records: {r:?}"
+        );
+        if busy_percent == 100 {
+            assert_eq!(r.paced_seconds, 0.0, "unpaced: no wait");
+        } else {
+            assert!(
+                r.paced_seconds >= 0.6 * r.seconds,
+                "at {busy_percent} % a run of {:.3} s waited only {:.3} s for its pace",
+                r.seconds,
+                r.paced_seconds
+            );
+        }
+        for k in (0..8).flat_map(round_keys) {
+            assert_eq!(
+                s.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,
+                value(k, last_round(k)),
+                "{busy_percent} %: key {k}"
+            );
+        }
+    }
+}
+
 #[test]
 fn compaction_reclaims_replaced_values_and_keeps_every_live_key() {
     let d = tempfile::tempdir().unwrap();
@@ -670,6 +720,37 @@ fn aae_rebuild_during_concurrent_writes_matches_the_true_tree() {
     let maintained = s.aae_tree().unwrap();
     s.rebuild_aae(false).unwrap();
     assert_eq!(maintained, s.aae_tree().unwrap());
+}
+
+/// A rebuild works at most `aae_rebuild_busy_percent` of its time: at 10 % it waits between its
+/// batches about nine times as long as it works; unpaced it never waits. Either way it builds the
+/// same tree.
+#[test]
+fn an_aae_rebuild_keeps_to_its_busy_share() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = |busy_percent| Config {
+        aae_rebuild_busy_percent: busy_percent,
+        ..Config::small_for_tests()
+    };
+    let s = Store::open(d.path(), cfg(100)).unwrap();
+    for i in 0..50_000u32 {
+        s.put(b"b", &i.to_le_bytes(), b"v", &i.to_le_bytes(), &[])
+            .unwrap();
+    }
+    let maintained = s.aae_tree().unwrap();
+    s.rebuild_aae(false).unwrap();
+    assert_eq!(s.stats().aae_rebuild_paced_seconds, 0.0, "unpaced: no wait");
+    assert_eq!(s.aae_tree().unwrap(), maintained);
+    s.close().unwrap();
+
+    let s = Store::open(d.path(), cfg(10)).unwrap();
+    let took = s.rebuild_aae(true).unwrap().as_secs_f64();
+    let paced = s.stats().aae_rebuild_paced_seconds;
+    assert!(
+        paced >= 0.6 * took,
+        "at 10 % a rebuild of {took:.3} s waited only {paced:.3} s for its pace"
+    );
+    assert_eq!(s.aae_tree().unwrap(), maintained);
 }
 
 /// The AAE tree is kept by XOR-ing out each key's old version and in its new one. The old version

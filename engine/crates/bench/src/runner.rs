@@ -477,7 +477,7 @@ compact_journal_every={}
     // Mean results per query, as basho_bench's 2i drivers log them.
     for (op, (n, results)) in query_results.lock().iter() {
         meta.push_str(&format!(
-            "{op}_mean_results={:.1}\n",
+            "{op}_mean_results={:.3}\n",
             *results as f64 / (*n).max(1) as f64
         ));
     }

@@ -150,12 +150,7 @@ impl Inner {
             let mut batch = Instant::now();
             for (n, h) in s.fold_heads(&opts)?.enumerate() {
                 if n % 1024 == 0 {
-                    let wait = pacer.after_batch(batch.elapsed(), 0);
-                    if !wait.is_zero() {
-                        let rested = Instant::now();
-                        self.rest_background(wait);
-                        paced += rested.elapsed();
-                    }
+                    paced += self.pace_batch(&mut pacer, batch.elapsed(), 0);
                     batch = Instant::now();
                     if self.closed.load(Ordering::Acquire) {
                         return Err(Error::Closed);

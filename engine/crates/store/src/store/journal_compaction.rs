@@ -296,12 +296,9 @@ impl Inner {
                     }
                     batch_records += 1;
                     if batch_records >= PACE_BATCH_RECORDS || batch_bytes >= PACE_BATCH_BYTES {
-                        let wait = pacer.after_batch(batch_started.elapsed(), batch_bytes);
-                        if !wait.is_zero() {
-                            let rested = Instant::now();
-                            self.rest_background(wait);
-                            report.paced_seconds += rested.elapsed().as_secs_f64();
-                        }
+                        report.paced_seconds += self
+                            .pace_batch(&mut pacer, batch_started.elapsed(), batch_bytes)
+                            .as_secs_f64();
                         (batch_started, batch_records, batch_bytes) = (Instant::now(), 0, 0);
                         // Keys rewritten since the run started were replaced by writes that have
                         // become durable since: read the synced SQN again (before the lookups it

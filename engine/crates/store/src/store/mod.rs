@@ -518,14 +518,26 @@ impl Inner {
         }
     }
 
-    /// Pause paced background work (a throttled compaction, a rebuild between slices) for
-    /// `rest`, or until the store closes.
-    fn rest_background(&self, rest: Duration) {
+    /// End a batch of paced background work (a compaction's records, a rebuild's heads) that
+    /// took `worked` and moved `bytes`: wait as `pacer` requires, or until the store closes, and
+    /// return how long it waited.
+    fn pace_batch(
+        &self,
+        pacer: &mut crate::pacing::Pacer,
+        worked: Duration,
+        bytes: u64,
+    ) -> Duration {
+        let wait = pacer.after_batch(worked, bytes);
+        if wait.is_zero() {
+            return Duration::ZERO;
+        }
+        let rested = Instant::now();
         // Close notifies under `bg`, which this holds between its check and its wait.
         let mut bg = self.bg.lock();
         if !self.closed.load(Ordering::Acquire) {
-            self.bg_cv.wait_for(bg.raw(), rest);
+            self.bg_cv.wait_for(bg.raw(), wait);
         }
+        rested.elapsed()
     }
 
     fn check_open(&self) -> Result<()> {

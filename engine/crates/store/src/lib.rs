@@ -18,6 +18,7 @@
 //! On-disk formats, fsync order and recovery rules are documented in `docs/engine.md`.
 
 mod aae;
+mod beacon;
 mod codec;
 mod compaction;
 mod config;

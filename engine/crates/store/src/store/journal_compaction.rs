@@ -160,7 +160,7 @@ impl Inner {
 
     /// The journal's synced SQN now (see `record_is_live`).
     fn durable_sqn(&self) -> Sqn {
-        self.sync.lock().synced
+        self.synced_sqn.load(Ordering::Acquire)
     }
 
     /// Percentage of a segment's bytes still live, from a contiguous sample of its records.

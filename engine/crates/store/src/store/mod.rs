@@ -202,6 +202,8 @@ struct Inner {
     key_stripes: Vec<Ranked<Mutex<()>>>,
     /// Writers waiting for the journal (`write_path.rs`, group append).
     write_queue: Ranked<Mutex<write_path::WriteQueue>>,
+    /// Writers waiting in `write_queue` sleep on it, each on its ticket's lane.
+    write_beacon: crate::beacon::Beacon,
     snapshots: Ranked<Mutex<Vec<std::sync::Weak<SnapInner>>>>,
     mem: Ranked<RwLock<MemState>>,
     version: Ranked<RwLock<Arc<Version>>>,
@@ -210,7 +212,11 @@ struct Inner {
     next_file_id: AtomicU64,
     manifest: Ranked<Mutex<ManifestState>>,
     sync: Ranked<Mutex<SyncState>>,
-    sync_cv: Condvar,
+    /// `SyncState::synced`, readable without the lock: a woken writer checks it here.
+    synced_sqn: AtomicU64,
+    /// Raised whenever `synced`, `failed` or `shutdown` changes: writers waiting for durability
+    /// sleep on it (one wake-up for all of them, beacon.rs).
+    sync_beacon: crate::beacon::Beacon,
     syncer_cv: Condvar,
     bg: Ranked<Mutex<Bg>>,
     bg_cv: Condvar,
@@ -634,7 +640,7 @@ mod tests {
             let mut st = s.inner.sync.lock();
             st.syncer_paused = false;
             s.inner.syncer_cv.notify_all();
-            s.inner.sync_cv.notify_all();
+            s.inner.sync_beacon.raise();
         }
         let (sqn_a, sqn_b) = (a.join().unwrap(), b.join().unwrap());
         assert!(

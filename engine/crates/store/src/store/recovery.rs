@@ -326,6 +326,7 @@ impl Store {
                 .map(|_| Ranked::mutex(Rank::KeyStripe, ()))
                 .collect(),
             write_queue: Ranked::mutex(Rank::WriteQueue, Default::default()),
+            write_beacon: crate::beacon::Beacon::new(),
             write: Ranked::mutex(
                 Rank::Write,
                 WriteState {
@@ -362,7 +363,8 @@ impl Store {
                     syncer_paused: false,
                 },
             ),
-            sync_cv: Condvar::new(),
+            synced_sqn: AtomicU64::new(max_sqn),
+            sync_beacon: crate::beacon::Beacon::new(),
             syncer_cv: Condvar::new(),
             bg: Ranked::mutex(
                 Rank::Bg,

@@ -107,7 +107,7 @@ impl Store {
             let mut s = self.inner.sync.lock();
             s.shutdown = true;
             self.inner.syncer_cv.notify_all();
-            self.inner.sync_cv.notify_all();
+            self.inner.sync_beacon.raise();
         }
         // After `shutdown` no syncer starts, so this is the last one.
         let h = self.inner.syncer_thread.lock().take();

@@ -25,12 +25,6 @@ pub(crate) struct Beacon {
     sleepers: AtomicU32,
 }
 
-impl Default for Beacon {
-    fn default() -> Self {
-        Beacon::new()
-    }
-}
-
 impl Beacon {
     pub(crate) const fn new() -> Beacon {
         Beacon {

@@ -241,9 +241,11 @@ impl Inner {
     /// and passes the lead to the next writer waiting — and every other writer sleeps until its
     /// job is done (or it is handed the lead). Returns the job's SQN and its buffer.
     fn group_append(&self, job: Job) -> (Result<Sqn>, Vec<u8>) {
+        // Allocated before the queue lock; only the lane needs the queue.
+        let job = TicketState::Queued(Box::new(job));
         let mut q = self.write_queue.lock();
         let ticket = Arc::new(Ticket {
-            state: Mutex::new(TicketState::Queued(Box::new(job))),
+            state: Mutex::new(job),
             lane: 1 << (q.queued % 32),
         });
         q.queued += 1;

@@ -116,14 +116,19 @@ mod tests {
     fn a_raise_wakes_every_sleeper_and_only_the_lanes_raised() {
         let b = Arc::new(Beacon::new());
         let done = Arc::new(AtomicU32::new(0));
+        // Flag checks made: a thread woken for nothing has looked once more once this moves.
+        let checks = Arc::new(AtomicU32::new(0));
         let flags: Vec<Arc<AtomicBool>> =
             (0..8).map(|_| Arc::new(AtomicBool::new(false))).collect();
         let threads: Vec<_> = (0..8u32)
             .map(|i| {
                 let (b, done, flag) = (b.clone(), done.clone(), flags[i as usize].clone());
+                let checks = checks.clone();
                 std::thread::spawn(move || loop {
                     let e = b.epoch();
-                    if flag.load(Ordering::SeqCst) {
+                    let set = flag.load(Ordering::SeqCst);
+                    checks.fetch_add(1, Ordering::SeqCst);
+                    if set {
                         done.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
@@ -147,7 +152,8 @@ mod tests {
             "a raise of lane 0 woke {n} threads with their flags set"
         );
         let deadline = Instant::now() + Duration::from_secs(10);
-        while b.sleepers.load(Ordering::SeqCst) < 7 {
+        // Thread 4 has looked at its (unset) flag again: 8 first checks, then threads 0 and 4.
+        while checks.load(Ordering::SeqCst) < 10 || b.sleepers.load(Ordering::SeqCst) < 7 {
             assert!(Instant::now() < deadline, "thread 4 never slept again");
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -26,12 +26,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use levee_cluster::{Member, MemberList, Object, Role, Target};
+use levee_cluster::{Member, MemberList, Move, Object, Role, Target};
 use levee_proto::v1 as pb;
 use levee_store::{FoldedObject, SnapshotKind};
 use parking_lot::Mutex;
@@ -102,6 +102,9 @@ pub struct Transitions {
     /// The list the routing claim was made for before the last switch: members that left in it
     /// are found here while [`SETTLE`] runs (members not switched yet still route reads to them).
     departed: Mutex<Option<MemberList>>,
+    /// The member list version the last step set the forwarding switches for (`RingState`
+    /// reports it: nobody switches while a next owner does not forward yet).
+    forwarding_version: AtomicU64,
 }
 
 /// How long after its switch a node keeps what it streamed away before handoff drops it: other
@@ -109,8 +112,9 @@ pub struct Transitions {
 pub const SETTLE: Duration = Duration::from_secs(5);
 
 impl Transitions {
-    /// Loads the progress kept in the data directory. Forwarding was off while the node was
-    /// down, so every partition still streaming gets a catch-up fold.
+    /// Loads the progress kept in the data directory and sets the forwarding for the member list
+    /// the node runs. Forwarding was off while the node was down, so every partition still
+    /// streaming gets a catch-up fold.
     pub fn open(coordinator: Arc<Coordinator>, pace: crate::pacing::Pace) -> Result<Transitions> {
         let path = coordinator.vnodes.data_dir.join(TRANSFERS_FILE);
         let mut progress: Progress = load_json(
@@ -122,7 +126,7 @@ impl Transitions {
                 t.forward_failed = true;
             }
         }
-        Ok(Transitions {
+        let t = Transitions {
             coordinator,
             pacer: Mutex::new(crate::pacing::Pacer::new(pace)),
             path,
@@ -132,7 +136,11 @@ impl Transitions {
             received_from: Mutex::new(BTreeMap::new()),
             forward_to: Mutex::new(Vec::new()),
             departed: Mutex::new(None),
-        })
+            forwarding_version: AtomicU64::new(0),
+        };
+        let view = t.coordinator.vnodes.membership.view();
+        t.set_forwarding(&view, &t.outgoing(&view));
+        Ok(t)
     }
 
     /// Runs the transfers and the completion checks, and delivers forwards, until the process
@@ -194,30 +202,33 @@ impl Transitions {
             transferred,
             committed,
             holds_data: c.vnodes.stores.iter().any(|s| s.stats().last_sqn > 0),
+            forwarding_version: self.forwarding_version.load(Ordering::SeqCst),
         }
     }
 
-    /// One look at the transition: forwarding switched on for what this node gives up, its
-    /// transfers advanced, and the target taken once every owner has sent its partitions.
-    async fn step(&self) -> Result<(), Status> {
-        let c = &self.coordinator;
-        let view = c.vnodes.membership.view();
-        let me = c.peers.self_name.clone();
-        let outgoing: BTreeMap<u32, String> = match &view.target {
+    /// The moving partitions this node owns under the routing claim, with their next owner.
+    fn outgoing(&self, view: &ClusterView) -> BTreeMap<u32, String> {
+        let me = self.coordinator.peers.self_name.as_str();
+        match &view.target {
             None => BTreeMap::new(),
             Some(_) => (0..view.claim.ring_size().get())
                 .filter(|p| view.claim.owner(*p) == me)
                 .filter_map(|p| view.next_owner(p).map(|to| (p, to.to_string())))
                 .collect(),
-        };
-        self.report(&view);
-        // Where each vnode's writes are forwarded. Members switch to the target within a poll or
-        // two of each other, and meanwhile a write may be coordinated by the old claim and read
-        // by the new one, or the other way round: so a moving vnode's writes reach both owners
-        // whichever gets them — the current owner forwards to the next (during the transition,
-        // and after it for writes that still land there), the next owner forwards to the current
-        // one (during the transition, and for `SETTLE` after its switch). The transition's own
-        // traffic is not forwarded on.
+        }
+    }
+
+    /// Where each vnode's writes are forwarded, set for `view` (at every step, and once when the
+    /// node opens, before it serves: a restarted next owner must not take a write unforwarded).
+    /// Members switch to the target within a poll or two of each other, and meanwhile a write
+    /// may be coordinated by the old claim and read by the new one, or the other way round: so a
+    /// moving vnode's writes reach both owners whichever gets them — the current owner forwards
+    /// to the next (during the transition, and after it for writes that still land there), the
+    /// next owner forwards to the current one (during the transition, and for `SETTLE` after its
+    /// switch). The transition's own traffic is not forwarded on.
+    fn set_forwarding(&self, view: &ClusterView, outgoing: &BTreeMap<u32, String>) {
+        let c = &self.coordinator;
+        let me = c.peers.self_name.as_str();
         let forward_to: Vec<Option<String>> = {
             let progress = self.progress.lock();
             let received = self.received_from.lock();
@@ -227,7 +238,7 @@ impl Transitions {
                     if let Some(to) = outgoing.get(&p) {
                         return Some(to.clone());
                     }
-                    if view.next_owner(p) == Some(me.as_str()) {
+                    if view.next_owner(p) == Some(me) {
                         // Writes a switched coordinator sends here reach the current owner too.
                         return Some(view.claim.owner(p).to_string());
                     }
@@ -255,6 +266,20 @@ impl Transitions {
         for (flag, on) in c.replicas.forwarding.iter().zip(on) {
             flag.store(on, Ordering::SeqCst);
         }
+        // Only now may others switch on this node's word that it forwards for this list.
+        self.forwarding_version
+            .store(view.list.version(), Ordering::SeqCst);
+    }
+
+    /// One look at the transition: forwarding switched on for what this node gives up, its
+    /// transfers advanced, and the target taken once every owner has sent its partitions.
+    async fn step(&self) -> Result<(), Status> {
+        let c = &self.coordinator;
+        let me = c.peers.self_name.as_str();
+        let view = c.vnodes.membership.view();
+        let outgoing = self.outgoing(&view);
+        self.report(&view);
+        self.set_forwarding(&view, &outgoing);
         if view.target.is_none() {
             return Ok(());
         }
@@ -442,71 +467,42 @@ impl Transitions {
         }
     }
 
-    /// Whether every moving partition's owner has sent it (or has completed this transition),
-    /// and every next owner is up and runs the same member list — a partition never moves to a
-    /// member that has not started (even one with nothing to send it).
+    /// Whether this node may switch to the target ([`ready_to_switch`]), from the `RingState` of
+    /// every member a partition moves from or to (this node's own without asking).
     async fn all_sent(&self, view: &ClusterView) -> bool {
         let moves = view.ring().moves();
-        let receivers: BTreeSet<&str> = moves.iter().map(|m| m.to.as_str()).collect();
-        for r in receivers {
-            if r == self.coordinator.peers.self_name {
-                continue;
-            }
-            let Some(member) = view.member(r) else {
-                return false;
-            };
-            match ring_state_of(&self.coordinator.peers, member).await {
-                Ok(s)
-                    if MemberList::parse(&s.list_json)
-                        .is_ok_and(|l| l.version() == view.list.version()) => {}
-                _ => return false,
-            }
-        }
-        let sources: BTreeSet<&str> = moves.iter().map(|m| m.from.as_str()).collect();
         let target: Vec<&str> = view
             .target
             .as_ref()
             .map(|t| t.owners().collect())
             .unwrap_or_default();
-        for source in sources {
-            let state = if source == self.coordinator.peers.self_name {
+        let me = self.coordinator.peers.self_name.as_str();
+        let names: BTreeSet<&str> = moves
+            .iter()
+            .flat_map(|m| [m.from.as_str(), m.to.as_str()])
+            .collect();
+        let mut states = BTreeMap::new();
+        for name in names {
+            let state = if name == me {
                 self.ring_state()
             } else {
-                let Some(member) = view.member(source) else {
+                let Some(member) = view.member(name) else {
                     return false;
                 };
                 match ring_state_of(&self.coordinator.peers, member).await {
                     Ok(s) => s,
                     Err(e) => {
-                        log::debug!("transition: asking {source} how far it is: {e}");
+                        log::debug!("transition: asking {name} how far it is: {e}");
                         return false;
                     }
                 }
             };
-            let Ok(list) = MemberList::parse(&state.list_json) else {
+            let Some(p) = MemberProgress::of(&state, &target) else {
                 return false;
             };
-            if list.version() != view.list.version() {
-                return false;
-            }
-            let completed = state.target_owners.is_empty() && state.routing_owners == target;
-            if completed {
-                continue;
-            }
-            let sent: BTreeSet<(u32, &str)> = state
-                .transferred
-                .iter()
-                .map(|t| (t.partition, t.to.as_str()))
-                .collect();
-            if !moves
-                .iter()
-                .filter(|m| m.from == source)
-                .all(|m| sent.contains(&(m.partition, m.to.as_str())))
-            {
-                return false;
-            }
+            states.insert(name.to_string(), p);
         }
-        true
+        ready_to_switch(&moves, view.list.version(), &states)
     }
 
     /// Deliver the writes `Replicas` forwards to the next owner of their partition.
@@ -580,6 +576,61 @@ impl Transitions {
             });
         }
     }
+}
+
+/// What switching needs to know of one member's `RingState` answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct MemberProgress {
+    /// The newest member list it runs.
+    list_version: u64,
+    /// The list its write forwarding was last set for.
+    forwarding_version: u64,
+    /// It routes by the target already (it switched).
+    completed: bool,
+    /// (partition, next owner) it has sent whole.
+    sent: BTreeSet<(u32, String)>,
+}
+
+impl MemberProgress {
+    /// `None` when the answer's member list does not parse.
+    fn of(s: &pb::RingStateResponse, target: &[&str]) -> Option<MemberProgress> {
+        let list = MemberList::parse(&s.list_json).ok()?;
+        Some(MemberProgress {
+            list_version: list.version(),
+            forwarding_version: s.forwarding_version,
+            completed: s.target_owners.is_empty() && s.routing_owners == target,
+            sent: s
+                .transferred
+                .iter()
+                .map(|t| (t.partition, t.to.clone()))
+                .collect(),
+        })
+    }
+}
+
+/// Whether a node may make the target of list `version` its routing claim, given what the
+/// members a partition moves from or to report (`states`; a member missing is unreachable):
+/// - every next owner runs list `version` *and forwards for it* — a partition never moves to a
+///   member that has not started, and a write a switched member sends a next owner must reach
+///   the current owner too, which members not switched yet still read (a next owner that had
+///   the list but had not set its forwarding yet lost writes acknowledged at w=2);
+/// - every current owner runs list `version` and has sent each of its moving partitions whole,
+///   or has switched already.
+fn ready_to_switch(
+    moves: &[Move],
+    version: u64,
+    states: &BTreeMap<String, MemberProgress>,
+) -> bool {
+    moves.iter().all(|m| {
+        let receiver = states
+            .get(&m.to)
+            .is_some_and(|s| s.list_version == version && s.forwarding_version == version);
+        let sender = states.get(&m.from).is_some_and(|s| {
+            s.list_version == version
+                && (s.completed || s.sent.contains(&(m.partition, m.to.clone())))
+        });
+        receiver && sender
+    })
 }
 
 /// The transition gauges from `p`: partitions still to send (0 when no transition runs, or `p`
@@ -774,6 +825,162 @@ pub async fn take_ring_from_peers(cfg: &NodeConfig, peers: &Peers) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mv(partition: u32, from: &str, to: &str) -> Move {
+        Move {
+            partition,
+            from: from.into(),
+            to: to.into(),
+        }
+    }
+
+    /// A member on list `v`, forwarding for it, having sent `sent`.
+    fn on(v: u64, sent: &[(u32, &str)]) -> MemberProgress {
+        MemberProgress {
+            list_version: v,
+            forwarding_version: v,
+            completed: false,
+            sent: sent.iter().map(|(p, to)| (*p, to.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn a_node_switches_only_when_every_source_sent_and_every_receiver_forwards() {
+        // List 2 moves p0 n1 -> n4 and p1 n2 -> n4.
+        let moves = [mv(0, "n1", "n4"), mv(1, "n2", "n4")];
+        let all = |n1: MemberProgress, n2: MemberProgress, n4: Option<MemberProgress>| {
+            let mut m = BTreeMap::from([("n1".to_string(), n1), ("n2".to_string(), n2)]);
+            if let Some(n4) = n4 {
+                m.insert("n4".to_string(), n4);
+            }
+            m
+        };
+        let sent1 = || on(2, &[(0, "n4")]);
+        let sent2 = || on(2, &[(1, "n4")]);
+        let cases: Vec<(&str, BTreeMap<String, MemberProgress>, bool)> = vec![
+            (
+                "everything sent, receiver forwards",
+                all(sent1(), sent2(), Some(on(2, &[]))),
+                true,
+            ),
+            (
+                "receiver runs the list but has not set its forwarding for it yet",
+                all(
+                    sent1(),
+                    sent2(),
+                    Some(MemberProgress {
+                        forwarding_version: 1,
+                        ..on(2, &[])
+                    }),
+                ),
+                false,
+            ),
+            (
+                "receiver just started: forwarding never set",
+                all(
+                    sent1(),
+                    sent2(),
+                    Some(MemberProgress {
+                        forwarding_version: 0,
+                        ..on(2, &[])
+                    }),
+                ),
+                false,
+            ),
+            ("receiver unreachable", all(sent1(), sent2(), None), false),
+            (
+                "receiver on an older list",
+                all(sent1(), sent2(), Some(on(1, &[]))),
+                false,
+            ),
+            (
+                "receiver on a newer list",
+                all(sent1(), sent2(), Some(on(3, &[]))),
+                false,
+            ),
+            (
+                "one source still streaming",
+                all(sent1(), on(2, &[]), Some(on(2, &[]))),
+                false,
+            ),
+            (
+                "a source sent the partition to another member",
+                all(sent1(), on(2, &[(1, "n5")]), Some(on(2, &[]))),
+                false,
+            ),
+            (
+                "a source that switched already counts as sent",
+                all(
+                    sent1(),
+                    MemberProgress {
+                        completed: true,
+                        ..on(2, &[])
+                    },
+                    Some(on(2, &[])),
+                ),
+                true,
+            ),
+            (
+                "a source on an older list (has not started the transition)",
+                all(sent1(), on(1, &[(1, "n4")]), Some(on(2, &[]))),
+                false,
+            ),
+        ];
+        for (name, states, want) in cases {
+            assert_eq!(ready_to_switch(&moves, 2, &states), want, "{name}");
+        }
+        // No moves: nothing to wait for.
+        assert!(ready_to_switch(&[], 2, &BTreeMap::new()));
+    }
+
+    #[test]
+    fn member_progress_reads_a_ring_state_answer() {
+        let list = MemberList::parse(
+            r#"{"version": 3, "members": [{"name": "n1", "address": "n1:7070"}]}"#,
+        );
+        let Ok(list) = list else {
+            panic!("test list: {list:?}")
+        };
+        let s = pb::RingStateResponse {
+            list_json: list.to_json(),
+            routing_owners: vec!["n1".into(), "n2".into()],
+            target_owners: vec![],
+            transferred: vec![pb::Transferred {
+                partition: 5,
+                to: "n2".into(),
+            }],
+            forwarding_version: 3,
+            ..Default::default()
+        };
+        let p = MemberProgress::of(&s, &["n1", "n2"]).unwrap();
+        assert_eq!(
+            p,
+            MemberProgress {
+                list_version: 3,
+                forwarding_version: 3,
+                completed: true,
+                sent: BTreeSet::from([(5, "n2".to_string())]),
+            }
+        );
+        // Routing by another claim with a target: not switched.
+        let p = MemberProgress::of(
+            &pb::RingStateResponse {
+                target_owners: vec!["n2".into(), "n2".into()],
+                ..s.clone()
+            },
+            &["n2", "n2"],
+        )
+        .unwrap();
+        assert!(!p.completed);
+        assert!(MemberProgress::of(
+            &pb::RingStateResponse {
+                list_json: "{".into(),
+                ..s
+            },
+            &[]
+        )
+        .is_none());
+    }
 
     #[test]
     fn progress_round_trips_through_its_file() {

@@ -42,6 +42,11 @@ bench-demo: bench-build
 	@echo "charts: out/demo/compare_get.png out/demo/compare_update.png out/demo/*/summary.png"
 
 bench: bench-build
+	@for s in $(BENCH_SCENARIOS); do for d in $(BENCH_DRIVERS); do \
+	  $(BENCH_BIN) run e2e/scenarios/$$s.toml --driver $$d --check \
+	    $(if $(BENCH_DURATION),--duration $(BENCH_DURATION)) \
+	    $(if $(BENCH_COMPACT_EVERY),--compact-journal-every $(BENCH_COMPACT_EVERY)) > /dev/null || exit 1; \
+	done; done
 	@mkdir -p $(BENCH_OUT)
 	@: > $(BENCH_OUT)/matrix.md
 	@for s in $(BENCH_SCENARIOS); do \

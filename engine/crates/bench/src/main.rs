@@ -85,6 +85,10 @@ enum Cmd {
         /// No progress line.
         #[arg(long)]
         quiet: bool,
+        /// Check the scenario with these options (driver name, settings) and exit without
+        /// running: `make bench` checks every cell of its matrix this way before the first run.
+        #[arg(long)]
+        check: bool,
     },
     /// Serve the node-path anchor: `levee.v1.KV` answered from memory by a bare tonic server with
     /// `levee serve`'s transport settings, for `run --driver grpc --address` to load next to a
@@ -179,6 +183,7 @@ fn main() -> Result<()> {
             aae_busy_percent,
             compaction_busy_percent,
             quiet,
+            check,
         } => {
             let mut s = scenario::Scenario::load(&scenario)?;
             if compression.is_some() {
@@ -215,6 +220,10 @@ fn main() -> Result<()> {
                 s.address = address;
             }
             s.validate()?;
+            if check {
+                println!("{}: {} is a valid run", scenario.display(), s.driver);
+                return Ok(());
+            }
             let stem = scenario
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())

@@ -789,3 +789,36 @@ fn run_replaces_an_earlier_run_only_with_force() {
     );
     assert!(!note.exists() && out.join("summary.csv").is_file());
 }
+
+/// `run --check` accepts a valid cell and refuses a misspelt driver without running or writing
+/// anything (`make bench` checks its whole matrix this way before the first run).
+#[test]
+fn run_check_refuses_an_unknown_driver_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../e2e/scenarios/demo.toml"
+    );
+    let check = |driver: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_levee-bench"))
+            .args(["run", scenario, "--check", "--driver", driver, "--out"])
+            .arg(dir.path().join(driver))
+            .output()
+            .unwrap()
+    };
+    let ok = check("rocksdb-blob");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let bad = check("blobdb");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "blobdb accepted");
+    assert!(stderr.contains("driver must be one of"), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a check wrote a run directory"
+    );
+}

@@ -177,6 +177,11 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The log lives beside the data directory, outside its temporary directory: removed
+        // here, or the runs leave one file per node in /tmp. Kept when the test failed.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.stderr);
+        }
     }
 }
 

@@ -290,7 +290,9 @@ impl Transitions {
         if !self.all_sent(&view).await {
             return Ok(());
         }
-        // Set before the switch, so the first writes under the new claim forward back.
+        // The partitions this switch gives this node keep forwarding back to their previous owner
+        // while the switch settles (`set_forwarding` reads this from the next step on; in this
+        // step it already forwards them there, as their next owner).
         *self.received_from.lock() = view
             .ring()
             .moves()
@@ -300,12 +302,6 @@ impl Transitions {
             .collect();
         *self.departed.lock() = Some(view.routing_list.clone());
         *self.completed_at.lock() = Some(Instant::now());
-        let mut to: Vec<Option<String>> = self.forward_to.lock().clone();
-        for (p, from) in self.received_from.lock().iter() {
-            to[*p as usize] = Some(from.clone());
-            c.replicas.forwarding[*p as usize].store(true, Ordering::SeqCst);
-        }
-        *self.forward_to.lock() = to;
         if c.vnodes
             .membership
             .complete(view.list.version())

@@ -41,19 +41,20 @@ bench-demo: bench-build
 	@cat out/demo/ratios.md
 	@echo "charts: out/demo/compare_get.png out/demo/compare_update.png out/demo/*/summary.png"
 
+# Options every matrix cell runs with (the check before the matrix uses the same).
+BENCH_RUN_OPTS = $(if $(BENCH_DURATION),--duration $(BENCH_DURATION)) \
+	$(if $(BENCH_COMPACT_EVERY),--compact-journal-every $(BENCH_COMPACT_EVERY))
+
 bench: bench-build
 	@for s in $(BENCH_SCENARIOS); do for d in $(BENCH_DRIVERS); do \
-	  $(BENCH_BIN) run e2e/scenarios/$$s.toml --driver $$d --check \
-	    $(if $(BENCH_DURATION),--duration $(BENCH_DURATION)) \
-	    $(if $(BENCH_COMPACT_EVERY),--compact-journal-every $(BENCH_COMPACT_EVERY)) > /dev/null || exit 1; \
+	  $(BENCH_BIN) run e2e/scenarios/$$s.toml --driver $$d --check $(BENCH_RUN_OPTS) > /dev/null || exit 1; \
 	done; done
 	@mkdir -p $(BENCH_OUT)
 	@: > $(BENCH_OUT)/matrix.md
 	@for s in $(BENCH_SCENARIOS); do \
 	  for d in $(BENCH_DRIVERS); do \
 	    $(BENCH_BIN) run e2e/scenarios/$$s.toml --driver $$d --out $(BENCH_OUT)/$$s/$$d --force \
-	      $(if $(BENCH_DURATION),--duration $(BENCH_DURATION)) \
-	      $(if $(BENCH_COMPACT_EVERY),--compact-journal-every $(BENCH_COMPACT_EVERY)) || exit 1; \
+	      $(BENCH_RUN_OPTS) || exit 1; \
 	  done; \
 	  runs=""; for d in $(BENCH_DRIVERS); do runs="$$runs $(BENCH_OUT)/$$s/$$d"; done; \
 	  echo "### $$s" >> $(BENCH_OUT)/matrix.md; echo >> $(BENCH_OUT)/matrix.md; \

@@ -23,6 +23,7 @@ mod rebuild;
 mod replica;
 mod ring;
 mod server;
+mod settle;
 mod tls;
 mod transition;
 mod vnodes;

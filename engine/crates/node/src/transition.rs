@@ -15,10 +15,10 @@
 //!
 //! Every node polls the moving partitions' current owners (`RingState`); when each reports its
 //! partitions sent (or has completed the transition already), the node makes the target its
-//! routing claim. Nodes switch within a poll of each other; in between both owners hold every
-//! object, so a read finds them whichever claim it was routed by. What the old owner still holds
-//! afterwards goes to the new owner by handoff (`handoff.rs`), which skips what the stream
-//! already delivered.
+//! routing claim. Nodes switch within a poll of each other; in between, and until every member
+//! has switched (`settle.rs`), both owners hold every object, so a read finds them whichever
+//! claim it was routed by. What the old owner still holds afterwards goes to the new owner by
+//! handoff (`handoff.rs`), which skips what the stream already delivered.
 //!
 //! A member that joins with an empty data directory takes its ring from a member that has one
 //! ([`take_ring_from_peers`]): the claim a list yields depends on the claims before it, so a
@@ -45,6 +45,7 @@ use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::progress_file::{load_json, save_json, Throttled};
 use crate::replica::Forward;
+use crate::settle::{Settle, SETTLE_FILE};
 
 /// Where the progress of this node's outgoing transfers is kept.
 pub const TRANSFERS_FILE: &str = "TRANSFERS";
@@ -93,23 +94,29 @@ pub struct Transitions {
     progress: Mutex<Progress>,
     /// The last warning and when it was logged (a failing step retries twice a second).
     last_warning: Throttled,
-    /// When this node last switched to a transition's target.
-    completed_at: Mutex<Option<Instant>>,
-    /// The partitions that switch gave this node, with their previous owner.
-    received_from: Mutex<BTreeMap<u32, String>>,
+    /// The last switch, while it settles (`settle.rs`): what it gave this node, the members that
+    /// left in it, who may still route by the claim before it, and since when.
+    settle: Mutex<Option<Settling>>,
+    /// Where the settle is kept across restarts.
+    settle_path: PathBuf,
+    /// The last "still settling" warning.
+    settle_warning: Throttled,
     /// Per vnode: the member its writes are forwarded to (set by every step).
     forward_to: Mutex<Vec<Option<String>>>,
-    /// The list the routing claim was made for before the last switch: members that left in it
-    /// are found here while [`SETTLE`] runs (members not switched yet still route reads to them).
-    departed: Mutex<Option<MemberList>>,
     /// The member list version the last step set the forwarding switches for (`RingState`
     /// reports it: nobody switches while a next owner does not forward yet).
     forwarding_version: AtomicU64,
 }
 
-/// How long after its switch a node keeps what it streamed away before handoff drops it: other
-/// members switch within a poll or two, and a read one of them still routes here finds it.
-pub const SETTLE: Duration = Duration::from_secs(5);
+/// A switch settling: its [`Settle`], the list before it (parsed), and since when it runs.
+struct Settling {
+    settle: Settle,
+    departed: MemberList,
+    since: Instant,
+}
+
+/// Warn that a switch is still settling once it has waited this long for members.
+const SETTLE_WARN_AFTER: Duration = Duration::from_secs(30);
 
 impl Transitions {
     /// Loads the progress kept in the data directory and sets the forwarding for the member list
@@ -126,16 +133,40 @@ impl Transitions {
                 t.forward_failed = true;
             }
         }
+        // A switch that was settling when the node stopped settles on, the minimum from now.
+        let settle_path = coordinator.vnodes.data_dir.join(SETTLE_FILE);
+        let settle: Option<Settle> = load_json(
+            &settle_path,
+            "remove it (the last switch then counts as settled: handoff may empty vnodes that \
+             members not switched yet still read)",
+        )?;
+        let settle = match settle {
+            None => None,
+            Some(settle) => {
+                let departed = MemberList::parse(&settle.departed_list_json)
+                    .with_context(|| format!("{} is damaged", settle_path.display()))?;
+                log::info!(
+                    "transition: the switch to list {} settles on: waiting for {:?} to switch",
+                    settle.version,
+                    settle.awaiting
+                );
+                Some(Settling {
+                    settle,
+                    departed,
+                    since: Instant::now(),
+                })
+            }
+        };
         let t = Transitions {
             coordinator,
             pacer: Mutex::new(crate::pacing::Pacer::new(pace)),
             path,
             progress: Mutex::new(progress),
             last_warning: Throttled::default(),
-            completed_at: Mutex::new(None),
-            received_from: Mutex::new(BTreeMap::new()),
+            settle: Mutex::new(settle),
+            settle_path,
+            settle_warning: Throttled::default(),
             forward_to: Mutex::new(Vec::new()),
-            departed: Mutex::new(None),
             forwarding_version: AtomicU64::new(0),
         };
         let view = t.coordinator.vnodes.membership.view();
@@ -147,6 +178,7 @@ impl Transitions {
     /// ends.
     pub async fn run(self: Arc<Self>, forwards: tokio::sync::mpsc::Receiver<Forward>) {
         tokio::spawn(self.clone().deliver_forwards(forwards));
+        tokio::spawn(self.clone().watch_settle());
         loop {
             tokio::time::sleep(STEP_EVERY).await;
             if let Err(e) = self.step().await {
@@ -156,15 +188,14 @@ impl Transitions {
         }
     }
 
-    /// The next owner holds every object of vnode `partition` this node had with a sequence
-    /// number up to the returned one (handoff drops those without sending them again).
-    /// Whether the last switch was less than [`SETTLE`] ago (handoff waits).
+    /// Whether the last switch still settles (`settle.rs`): handoff keeps what was streamed
+    /// away, and writes to the partitions it gave this node are forwarded back.
     pub fn settling(&self) -> bool {
-        self.completed_at
-            .lock()
-            .is_some_and(|at| at.elapsed() < SETTLE)
+        self.settle.lock().is_some()
     }
 
+    /// The next owner holds every object of vnode `partition` this node had with a sequence
+    /// number up to the returned one (handoff drops those without sending them again).
     pub fn sent_through(&self, partition: u32, owner: &str) -> Option<u64> {
         let p = self.progress.lock();
         let t = p.partitions.get(&partition)?;
@@ -224,15 +255,14 @@ impl Transitions {
     /// may be coordinated by the old claim and read by the new one, or the other way round: so a
     /// moving vnode's writes reach both owners whichever gets them — the current owner forwards
     /// to the next (during the transition, and after it for writes that still land there), the
-    /// next owner forwards to the current one (during the transition, and for `SETTLE` after its
-    /// switch). The transition's own traffic is not forwarded on.
+    /// next owner forwards to the current one (during the transition, and after its switch until
+    /// that settles: `settle.rs`). The transition's own traffic is not forwarded on.
     fn set_forwarding(&self, view: &ClusterView, outgoing: &BTreeMap<u32, String>) {
         let c = &self.coordinator;
         let me = c.peers.self_name.as_str();
         let forward_to: Vec<Option<String>> = {
             let progress = self.progress.lock();
-            let received = self.received_from.lock();
-            let settling = self.settling();
+            let settle = self.settle.lock();
             (0..view.claim.ring_size().get())
                 .map(|p| {
                     if let Some(to) = outgoing.get(&p) {
@@ -252,10 +282,9 @@ impl Transitions {
                             return Some(owner.to_string());
                         }
                     }
-                    if settling {
-                        return received.get(&p).cloned();
-                    }
-                    None
+                    settle
+                        .as_ref()
+                        .and_then(|s| s.settle.received_from.get(&p).cloned())
                 })
                 .collect()
         };
@@ -290,18 +319,39 @@ impl Transitions {
         if !self.all_sent(&view).await {
             return Ok(());
         }
-        // The partitions this switch gives this node keep forwarding back to their previous owner
-        // while the switch settles (`set_forwarding` reads this from the next step on; in this
-        // step it already forwards them there, as their next owner).
-        *self.received_from.lock() = view
-            .ring()
-            .moves()
-            .into_iter()
+        // Until every member routes by the target, the partitions this switch gives this node
+        // keep forwarding back to their previous owner (`set_forwarding` reads this from the
+        // next step on; in this step it already forwards them there, as their next owner), and
+        // handoff keeps what this node streamed away. Kept before the switch is committed.
+        let moves = view.ring().moves();
+        let received: BTreeMap<u32, String> = moves
+            .iter()
             .filter(|m| m.to == me)
-            .map(|m| (m.partition, m.from))
+            .map(|m| (m.partition, m.from.clone()))
             .collect();
-        *self.departed.lock() = Some(view.routing_list.clone());
-        *self.completed_at.lock() = Some(Instant::now());
+        let moved_away: BTreeSet<u32> = moves
+            .iter()
+            .filter(|m| m.from == me)
+            .map(|m| m.partition)
+            .collect();
+        {
+            let mut settling = self.settle.lock();
+            let settle = Settle::after_switch(
+                me,
+                &view.routing_list,
+                &view.list,
+                received,
+                &moved_away,
+                settling.as_ref().map(|s| &s.settle),
+            );
+            save_json(&self.settle_path, &Some(&settle))
+                .map_err(|e| Status::internal(format!("{e:#}")))?;
+            *settling = Some(Settling {
+                settle,
+                departed: view.routing_list.clone(),
+                since: Instant::now(),
+            });
+        }
         if c.vnodes
             .membership
             .complete(view.list.version())
@@ -501,14 +551,94 @@ impl Transitions {
         ready_to_switch(&moves, view.list.version(), &states)
     }
 
+    /// Ends the last switch's settle (`settle.rs`) once it has run its minimum and every member
+    /// it waits for has been heard routing by the target's list or a newer one: polls them twice
+    /// a second, apart from the steps (a member that does not answer holds a poll 3 s).
+    async fn watch_settle(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(STEP_EVERY).await;
+            if let Err(e) = self.settle_step().await {
+                self.last_warning.warn("transition", format!("{e:#}"));
+            }
+        }
+    }
+
+    async fn settle_step(&self) -> Result<()> {
+        let view = self.coordinator.vnodes.membership.view();
+        let (awaiting, departed, mut changed) = {
+            let mut g = self.settle.lock();
+            let Some(s) = g.as_mut() else {
+                return Ok(());
+            };
+            let changed = s.settle.newer_lists(&view.list, &view.routing_list);
+            (s.settle.awaiting.clone(), s.departed.clone(), changed)
+        };
+        let peers = &self.coordinator.peers;
+        let asks = awaiting.iter().map(|name| {
+            let member = view.member(name).or_else(|| departed.get(name)).cloned();
+            async move {
+                let answer = match member {
+                    None => Err("in none of this node's member lists".to_string()),
+                    Some(m) => match ring_state_of(peers, &m).await {
+                        Err(e) => Err(e.message().to_string()),
+                        Ok(s) => MemberList::parse(&s.routing_list_json)
+                            .map(|l| l.version())
+                            .map_err(|e| format!("its routing list: {e}")),
+                    },
+                };
+                (name, answer)
+            }
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        let mut g = self.settle.lock();
+        let Some(s) = g.as_mut() else {
+            return Ok(());
+        };
+        let mut behind = Vec::new();
+        for (name, answer) in answers {
+            match answer {
+                Ok(v) if s.settle.heard(name, v) => changed = true,
+                Ok(v) if s.settle.awaiting.contains(name) => {
+                    behind.push(format!("{name} (routes by list {v})"))
+                }
+                Ok(_) => {}
+                Err(e) => behind.push(format!("{name} ({e})")),
+            }
+        }
+        if s.settle.over(s.since.elapsed()) {
+            save_json(&self.settle_path, &None::<Settle>)?;
+            log::info!(
+                "transition: the switch to list {} settled: handoff may hand over what was \
+                 streamed away",
+                s.settle.version
+            );
+            *g = None;
+            return Ok(());
+        }
+        if changed {
+            save_json(&self.settle_path, &Some(&s.settle))?;
+        }
+        if s.since.elapsed() >= SETTLE_WARN_AFTER && !behind.is_empty() {
+            self.settle_warning.warn(
+                "transition",
+                format!(
+                    "the switch to list {} still settles after {} s: members may still route by \
+                     the claim before it, so this node keeps what it streamed away and forwards \
+                     writes back: {}",
+                    s.settle.version,
+                    s.since.elapsed().as_secs(),
+                    behind.join(", ")
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// Deliver the writes `Replicas` forwards to the next owner of their partition.
     /// `view` with the members that left in the last switch findable (as leaving members are
     /// during a transition), when `to` is one of them and the switch is still settling.
     fn departed_view(&self, view: &Arc<ClusterView>, to: &str) -> Option<Arc<ClusterView>> {
-        if !self.settling() {
-            return None;
-        }
-        let departed = self.departed.lock().clone()?;
+        let departed = self.settle.lock().as_ref()?.departed.clone();
         departed.get(to)?;
         Some(Arc::new(ClusterView {
             routing_list: departed,

@@ -14,6 +14,7 @@ mod node;
 mod overload;
 mod replacement;
 mod replication;
+mod ring_settle;
 mod ring_size;
 mod ring_transitions;
 mod tls;

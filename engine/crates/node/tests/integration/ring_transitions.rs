@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{index_mismatches, run, Down};
 use common::history::{self, History};
-use common::load::{expected_terms, final_reads, metric, spawn_clients, Load};
+use common::load::{expected_terms, final_reads, metric, spawn_clients, until_zero, Load};
 use levee_proto::v1 as pb;
 use pb::admin_client::AdminClient;
 
@@ -24,7 +24,7 @@ const LOAD: Load = Load {
 };
 const CLIENTS: usize = 4;
 
-async fn members(addr: &str) -> Option<pb::MembersResponse> {
+pub async fn members(addr: &str) -> Option<pb::MembersResponse> {
     let mut c = AdminClient::connect(format!("http://{addr}")).await.ok()?;
     Some(c.members(pb::MembersRequest {}).await.ok()?.into_inner())
 }
@@ -32,7 +32,7 @@ async fn members(addr: &str) -> Option<pb::MembersResponse> {
 /// Waits until every node in `addrs` routes with member list `version` (transition complete).
 /// On timeout the failure carries the tail of each unreachable member's log (`dir/<name>/log`):
 /// whether it died, and why.
-async fn wait_settled(
+pub async fn wait_settled(
     dir: &std::path::Path,
     addrs: &[(String, String)],
     version: u64,
@@ -92,7 +92,7 @@ async fn sent_by_first_three(nodes: &[(String, String, String)]) -> f64 {
 
 /// One test at a time: each runs up to five members on a small machine, and a member starved of
 /// CPU long enough to be marked down turns quorums sloppy.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The members' log lines about membership, transitions and peers marked down or up, for a
 /// failure message.
@@ -216,19 +216,16 @@ async fn three_to_five_to_three_members_under_w2_load_loses_no_acknowledged_writ
         .all(|o| ["n1", "n2", "n3"].contains(&o.as_str())));
     let start = Instant::now();
     for n in &nodes[3..] {
-        loop {
-            let holding = metric(&n.2, "levee_vnodes{state=\"handoff\"}").await
-                + metric(&n.2, "levee_vnodes{state=\"active\"}").await;
-            if holding == 0.0 {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "{} still holds {holding} vnodes 60 s after leaving",
-                n.0
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let series = [
+            "levee_vnodes{state=\"handoff\"}",
+            "levee_vnodes{state=\"active\"}",
+        ];
+        let holding = until_zero(&n.2, &series, start + Duration::from_secs(60)).await;
+        assert_eq!(
+            holding, 0.0,
+            "{} still holds vnodes 60 s after leaving",
+            n.0
+        );
         run(&["kill", &d, &n.0, "TERM"]);
     }
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -283,3 +283,18 @@ pub async fn metric(addr: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Polls the sum of `series` at `addr` until it is 0 or `deadline` passes: the last sum (0 when
+/// it got there).
+pub async fn until_zero(addr: &str, series: &[&str], deadline: std::time::Instant) -> f64 {
+    loop {
+        let mut sum = 0.0;
+        for s in series {
+            sum += metric(addr, s).await;
+        }
+        if sum == 0.0 || std::time::Instant::now() >= deadline {
+            return sum;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

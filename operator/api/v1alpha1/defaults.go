@@ -56,6 +56,13 @@ func SetDefaults(c *KVCluster) {
 	if cp.Thresholds.MaxRunLength == 0 {
 		cp.Thresholds.MaxRunLength = DefaultMaxRunLength
 	}
+	setInt(&cp.BusyPercent, DefaultCompactionBusyPercent)
+	setInt(&s.AntiEntropy.RebuildBusyPercent, DefaultRebuildBusyPercent)
+	if s.Handoff.MaxBytesPerSec == nil {
+		v := DefaultHandoffMaxBytesPerSec
+		s.Handoff.MaxBytesPerSec = &v
+	}
+	setInt(&s.Handoff.BusyPercent, DefaultHandoffBusyPercent)
 	if s.AntiEntropy.RebuildSchedule == "" {
 		s.AntiEntropy.RebuildSchedule = DefaultRebuildSchedule
 	}

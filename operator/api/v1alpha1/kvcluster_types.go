@@ -32,6 +32,12 @@ const (
 	DefaultSingleFilePercent   int32 = 25
 	DefaultMaxRunPercent       int32 = 75
 	DefaultMaxRunLength        int32 = 4
+	// The pacing defaults are the node's own (docs/node.md, levee.toml): a setting at its
+	// default is left out of levee.toml, so adding these fields restarted no member.
+	DefaultCompactionBusyPercent int32 = 100
+	DefaultRebuildBusyPercent    int32 = 10
+	DefaultHandoffMaxBytesPerSec int64 = 33554432
+	DefaultHandoffBusyPercent    int32 = 10
 	// DefaultRebuildSchedule: Sundays 07:00, an hour after the default compaction window
 	// (00:00–06:00) has closed, so the default AAE rebuild never starts in a minute a default
 	// compaction run starts in (and the operator's gate queues one behind the other anyway).
@@ -139,6 +145,14 @@ type CompactionSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Thresholds CompactionThresholds `json:"thresholds"`
+	// BusyPercent is the share of wall time a compaction run works (1–100; 100: unpaced).
+	// Below 100 a run pauses between batches: it takes longer (the Job's per-member deadline
+	// grows to match) and takes less disk and CPU from requests meanwhile.
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	BusyPercent *int32 `json:"busyPercent,omitempty"`
 }
 
 // AntiEntropySpec schedules active anti-entropy (AAE) tree rebuilds.
@@ -156,6 +170,30 @@ type AntiEntropySpec struct {
 	// JournalCheck makes the rebuild also verify that every ledger entry is present in the journal.
 	// +optional
 	JournalCheck bool `json:"journalCheck,omitempty"`
+	// RebuildBusyPercent is the share of wall time a vnode's tree rebuild works (1–100; 100:
+	// unpaced). The Job's per-member deadline grows as it shrinks.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	RebuildBusyPercent *int32 `json:"rebuildBusyPercent,omitempty"`
+}
+
+// HandoffSpec paces what members send each other: hinted handoff to an owner that is back, and
+// the partitions a ring transition moves (docs/cluster.md §5 and §7).
+type HandoffSpec struct {
+	// MaxBytesPerSec limits the bytes per second of each transfer; 0: no byte limit.
+	// +kubebuilder:default=33554432
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxBytesPerSec *int64 `json:"maxBytesPerSec,omitempty"`
+	// BusyPercent is the share of wall time transfers may work (1–100; 100: no limit). Higher
+	// moves data faster on a scale and takes more from requests meanwhile.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	BusyPercent *int32 `json:"busyPercent,omitempty"`
 }
 
 // AutoscalingSpec configures the CPU-versus-disk autoscaler (internal/autoscale; docs/operator.md "Autoscaler").
@@ -310,6 +348,9 @@ type KVClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	AntiEntropy AntiEntropySpec `json:"antiEntropy"`
+	// +kubebuilder:default={}
+	// +optional
+	Handoff HandoffSpec `json:"handoff"`
 	// +optional
 	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
 	// +optional

@@ -37,6 +37,26 @@ func EngineTOML(c *kvv1.KVCluster) string {
 	fmt.Fprintf(&b, "single_file_percent = %d\n", deref(t.SingleFilePercent))
 	fmt.Fprintf(&b, "max_run_percent = %d\n", deref(t.MaxRunPercent))
 	fmt.Fprintf(&b, "max_run_length = %d\n", t.MaxRunLength)
+	// The pacing settings only when they differ from the node's defaults (which the CRD's
+	// defaults are), so a cluster that never set them keeps the file, and its hash, it had.
+	if v := deref(s.Compaction.BusyPercent); v != 0 && v != kvv1.DefaultCompactionBusyPercent {
+		fmt.Fprintf(&b, "busy_percent = %d\n", v)
+	}
+	h := s.Handoff
+	if (h.MaxBytesPerSec != nil && *h.MaxBytesPerSec != kvv1.DefaultHandoffMaxBytesPerSec) ||
+		(h.BusyPercent != nil && *h.BusyPercent != kvv1.DefaultHandoffBusyPercent) {
+		fmt.Fprintf(&b, "\n[handoff]\n")
+		if h.MaxBytesPerSec != nil {
+			fmt.Fprintf(&b, "max_bytes_per_sec = %d\n", *h.MaxBytesPerSec)
+		}
+		if h.BusyPercent != nil {
+			fmt.Fprintf(&b, "busy_percent = %d\n", *h.BusyPercent)
+		}
+	}
+	if v := deref(s.AntiEntropy.RebuildBusyPercent); v != 0 && v != kvv1.DefaultRebuildBusyPercent {
+		fmt.Fprintf(&b, "\n[aae]\n")
+		fmt.Fprintf(&b, "rebuild_busy_percent = %d\n", v)
+	}
 	if s.TLS.Enabled {
 		fmt.Fprintf(&b, "\n[tls]\n")
 		fmt.Fprintf(&b, "cert_file = %q\n", TLSDir+"/tls.crt")

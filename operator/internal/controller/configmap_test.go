@@ -1,8 +1,15 @@
 package controller
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	kvv1 "github.com/levee-io/levee/operator/api/v1alpha1"
 )
@@ -20,8 +27,21 @@ func TestBuildConfigMap(t *testing.T) {
 				"compression_method = \"none\"\n", "compression_point = \"on_receipt\"\n",
 				"[compaction]\nscheduler = \"external\"\n", "single_file_percent = 25\n", "max_run_percent = 75\n", "max_run_length = 4\n",
 				`members_file = "/etc/levee/members.json"`, "[membership]\nmembers = [\n  \"kv-0.kv-headless.ns.svc:8087\",\n  \"kv-1.kv-headless.ns.svc:8087\",\n  \"kv-2.kv-headless.ns.svc:8087\",\n]\n"},
-			// The schedule belongs to the operator's CronJobs, not to the node's file.
-			notWant: []string{"[tls]", "window_start_hour", "window_end_hour", "runs_per_day", "time_zone"}},
+			// The schedule belongs to the operator's CronJobs, not to the node's file; pacing at
+			// the node's defaults is left out.
+			notWant: []string{"[tls]", "window_start_hour", "window_end_hour", "runs_per_day", "time_zone",
+				"busy_percent", "[handoff]", "[aae]", "max_bytes_per_sec"}},
+		{name: "pacing away from the defaults", nMembers: 3, mutate: func(c *kvv1.KVCluster) {
+			c.Spec.Compaction.BusyPercent = i32(40)
+			c.Spec.AntiEntropy.RebuildBusyPercent = i32(25)
+			c.Spec.Handoff.BusyPercent = i32(30)
+		}, want: []string{"max_run_length = 4\nbusy_percent = 40\n",
+			"[handoff]\nmax_bytes_per_sec = 33554432\nbusy_percent = 30\n", "[aae]\nrebuild_busy_percent = 25\n"}},
+		{name: "only the handoff byte limit", nMembers: 3, mutate: func(c *kvv1.KVCluster) {
+			v := int64(0)
+			c.Spec.Handoff.MaxBytesPerSec = &v
+		}, want: []string{"[handoff]\nmax_bytes_per_sec = 0\nbusy_percent = 10\n"},
+			notWant: []string{"[aae]", "max_run_length = 4\nbusy_percent"}},
 		{name: "engine settings and wrap-around window", nMembers: 5, mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Replicas = 5
 			c.Spec.RingSize = 256
@@ -87,10 +107,78 @@ func TestConfigHash(t *testing.T) {
 		{"AAE schedule", func(c *kvv1.KVCluster) { c.Spec.AntiEntropy.RebuildSchedule = "5 1 * * *" }, false},
 		{"thresholds", func(c *kvv1.KVCluster) { c.Spec.Compaction.Thresholds.MaxRunPercent = i32(80) }, true},
 		{"tls", func(c *kvv1.KVCluster) { c.Spec.TLS.Enabled = true }, true},
+		{"compaction busy share", func(c *kvv1.KVCluster) { c.Spec.Compaction.BusyPercent = i32(50) }, true},
+		{"rebuild busy share", func(c *kvv1.KVCluster) { c.Spec.AntiEntropy.RebuildBusyPercent = i32(50) }, true},
+		{"handoff busy share", func(c *kvv1.KVCluster) { c.Spec.Handoff.BusyPercent = i32(50) }, true},
+		// A cluster stored before the pacing fields existed (unset) and one at their defaults
+		// render the same file: upgrading the operator restarts no member.
+		{"pacing unset", func(c *kvv1.KVCluster) {
+			c.Spec.Compaction.BusyPercent, c.Spec.AntiEntropy.RebuildBusyPercent = nil, nil
+			c.Spec.Handoff = kvv1.HandoffSpec{}
+		}, false},
 	}
 	for _, tc := range cases {
 		if got := ConfigHash(cluster(tc.mutate)) != base; got != tc.changes {
 			t.Errorf("%s: hash changed = %v, want %v", tc.name, got, tc.changes)
+		}
+	}
+}
+
+// The engine part of levee.toml, with every setting the CRD carries away from its default, is
+// a file a real `levee serve` starts with: the node refuses unknown keys and out-of-range
+// values, so a misspelt or misplaced setting fails here rather than in a crash-looping pod.
+func TestARealNodeStartsWithTheRenderedSettings(t *testing.T) {
+	bin := leveeBin(t)
+	c := cluster(func(c *kvv1.KVCluster) {
+		c.Spec.Engine.SyncOnWrite = true
+		c.Spec.Engine.JournalSegmentBytes = 1 << 20
+		c.Spec.Engine.Compression = "zstd"
+		c.Spec.Engine.CompressionPoint = "onCompact"
+		c.Spec.Compaction.Thresholds.SingleFilePercent = i32(30)
+		c.Spec.Compaction.BusyPercent = i32(40)
+		c.Spec.AntiEntropy.RebuildBusyPercent = i32(25)
+		c.Spec.Handoff.BusyPercent = i32(30)
+		v := int64(0)
+		c.Spec.Handoff.MaxBytesPerSec = &v
+	})
+	dir := t.TempDir()
+	engine := EngineTOML(c)
+	for _, w := range []string{"[compaction]", "busy_percent = 40", "[handoff]", "[aae]", "compression_method = \"zstd\""} {
+		if !strings.Contains(engine, w) {
+			t.Fatalf("the rendered settings lack %q:\n%s", w, engine)
+		}
+	}
+	// The members file the operator mounts is not here: point at one that does not exist yet
+	// (the node then runs a provisional ring, as a member does before the operator's list).
+	toml := strings.Replace(engine, ConfigDir+"/"+MembersJSONFileName, filepath.Join(dir, "members.json"), 1)
+	cfg := filepath.Join(dir, "levee.toml")
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	metricsPort := freePort(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--data-dir", filepath.Join(dir, "data"),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metricsPort))
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	prober := MetricsProber{Port: int32(metricsPort), Timeout: 2 * time.Second}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("levee serve refused the rendered levee.toml (%v):\n%s\n--- levee.toml:\n%s", err, stderr.String(), toml)
+		default:
+		}
+		if r := prober.Probe(context.Background(), []string{"127.0.0.1:8087"})["127.0.0.1:8087"]; r.Err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("levee serve not answering after 30 s:\n%s", stderr.String())
 		}
 	}
 }

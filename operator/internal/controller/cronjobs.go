@@ -71,15 +71,20 @@ func AAERebuildArgs(addr string, timeout int64, journalCheck bool) []string {
 }
 
 // MemberTimeout is the deadline (seconds) of one member's maintenance call, sized to the
-// member's data volume at the storage profile's pessimistic rate, plus a fixed overhead.
-// limit > 0 caps it (a compaction run must fit its slot).
-func MemberTimeout(c *kvv1.KVCluster, limit int64) int64 {
+// member's data volume at the storage profile's pessimistic rate, stretched by the work's
+// busy share (busyPercent: a run that works 10 % of the time takes ten times as long), plus a
+// fixed overhead. limit > 0 caps it (a compaction run must fit its slot).
+func MemberTimeout(c *kvv1.KVCluster, limit int64, busyPercent int32) int64 {
 	rate := int64(nvmeBytesPerSecond)
 	if c.Spec.Storage.Profile == kvv1.StorageHDD {
 		rate = hddBytesPerSecond
 	}
+	if busyPercent < 1 || busyPercent > 100 {
+		busyPercent = 100
+	}
 	size := storageSize(c)
-	t := (size.Value()+rate-1)/rate + memberDeadlineOverhead
+	work := (size.Value() + rate - 1) / rate
+	t := (work*100+int64(busyPercent)-1)/int64(busyPercent) + memberDeadlineOverhead
 	if limit > 0 && t > limit-podDeadlineMargin {
 		t = limit - podDeadlineMargin
 	}
@@ -194,7 +199,7 @@ func BuildCompactionCronJobs(c *kvv1.KVCluster) ([]*batchv1.CronJob, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot derive compaction schedule: %w", err)
 	}
-	timeout := MemberTimeout(c, plan.SlotSeconds)
+	timeout := MemberTimeout(c, plan.SlotSeconds, deref(cp.BusyPercent))
 	out := make([]*batchv1.CronJob, 0, len(plan.Schedules))
 	for i, s := range plan.Schedules {
 		spec := maintenanceJobSpec(c, maintenanceLabels(c, MaintenanceCompaction), ptr(plan.SlotSeconds), timeout,
@@ -209,7 +214,7 @@ func BuildCompactionCronJobs(c *kvv1.KVCluster) ([]*batchv1.CronJob, error) {
 // the rebuild has no window to fit, the deadline only ends a Job that hangs.
 func BuildAAECronJob(c *kvv1.KVCluster) *batchv1.CronJob {
 	ae := c.Spec.AntiEntropy
-	timeout := MemberTimeout(c, 0)
+	timeout := MemberTimeout(c, 0, deref(ae.RebuildBusyPercent))
 	jobDeadline := int64(c.Spec.Replicas) * (1 + int64(backoffLimitPerIndex)) * (timeout + podDeadlineMargin)
 	spec := maintenanceJobSpec(c, maintenanceLabels(c, MaintenanceAAE), ptr(jobDeadline), timeout,
 		AAERebuildArgs(MemberAddressTemplate(c), timeout, ae.JournalCheck))

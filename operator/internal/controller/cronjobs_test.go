@@ -85,6 +85,10 @@ func TestBuildCompactionCronJobs(t *testing.T) {
 			c.Spec.Replicas, c.Spec.NVal = 1, 1
 			c.Spec.Compaction.RunsPerDay = i32(1)
 		}, schedules: []string{"0 0 * * *"}, deadline: 6 * 3600, timeout: 1324, tz: "UTC", members: 1},
+		// Paced at 50 %: 2048 s + 300 s, inside the 90-minute slot.
+		{name: "a paced compaction gets a longer deadline", mutate: func(c *kvv1.KVCluster) {
+			c.Spec.Compaction.BusyPercent = i32(50)
+		}, schedules: []string{"0 0,3 * * *", "30 1,4 * * *"}, deadline: 5400, timeout: 2348, tz: "UTC", members: 3},
 		{name: "runsPerDay 0 disables compaction", mutate: func(c *kvv1.KVCluster) { c.Spec.Compaction.RunsPerDay = i32(0) }},
 	}
 	for _, tc := range cases {
@@ -130,7 +134,10 @@ func TestBuildAAECronJob(t *testing.T) {
 		timeout  int64
 		members  int32
 	}{
-		{name: "defaults", schedule: "0 7 * * 0", tz: "UTC", timeout: 1324, members: 3},
+		// The rebuild works 10 % of the time by default: 1024 s of work for 100 GiB, ten times.
+		{name: "defaults", schedule: "0 7 * * 0", tz: "UTC", timeout: 10240 + 300, members: 3},
+		{name: "unpaced rebuild", mutate: func(c *kvv1.KVCluster) { c.Spec.AntiEntropy.RebuildBusyPercent = i32(100) },
+			schedule: "0 7 * * 0", tz: "UTC", timeout: 1324, members: 3},
 		{name: "journal check, custom schedule, 1 TiB NVMe, 6 members", mutate: func(c *kvv1.KVCluster) {
 			c.Spec.AntiEntropy.RebuildSchedule = "15 2 * * 1,4"
 			c.Spec.AntiEntropy.TimeZone = "Europe/Paris"
@@ -138,7 +145,8 @@ func TestBuildAAECronJob(t *testing.T) {
 			c.Spec.Replicas = 6
 			q := resource.MustParse("1Ti")
 			c.Spec.Storage.Size = &q
-		}, schedule: "15 2 * * 1,4", tz: "Europe/Paris", flag: true, timeout: 10786, members: 6},
+			c.Spec.AntiEntropy.RebuildBusyPercent = i32(50)
+		}, schedule: "15 2 * * 1,4", tz: "Europe/Paris", flag: true, timeout: 2*10486 + 300, members: 6},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,17 +179,23 @@ func TestMemberTimeout(t *testing.T) {
 		name   string
 		mutate func(*kvv1.KVCluster)
 		limit  int64
+		busy   int32
 		want   int64
 	}{
-		{"100Gi nvme", nil, 0, 1324},
-		{"1Gi nvme: overhead dominates", size("1Gi"), 0, 311},
-		{"10Ti nvme", size("10Ti"), 0, 104858 + 300},
-		{"100Gi hdd", func(c *kvv1.KVCluster) { c.Spec.Storage.Profile = kvv1.StorageHDD }, 0, 4396},
-		{"capped by a slot", nil, 900, 840},
-		{"a tiny slot still leaves the minimum", nil, 90, 60},
+		{"100Gi nvme", nil, 0, 100, 1324},
+		{"1Gi nvme: overhead dominates", size("1Gi"), 0, 100, 311},
+		{"10Ti nvme", size("10Ti"), 0, 100, 104858 + 300},
+		{"100Gi hdd", func(c *kvv1.KVCluster) { c.Spec.Storage.Profile = kvv1.StorageHDD }, 0, 100, 4396},
+		{"capped by a slot", nil, 900, 100, 840},
+		{"a tiny slot still leaves the minimum", nil, 90, 100, 60},
+		// Paced work takes longer in proportion: 1024 s of work at 10 % is 10240 s.
+		{"100Gi nvme at 10 % busy", nil, 0, 10, 10240 + 300},
+		{"100Gi nvme at 30 % busy rounds up", nil, 0, 30, 3414 + 300},
+		{"paced, still capped by a slot", nil, 900, 10, 840},
+		{"a busy share out of range counts as unpaced", nil, 0, 0, 1324},
 	}
 	for _, tc := range cases {
-		if got := MemberTimeout(cluster(tc.mutate), tc.limit); got != tc.want {
+		if got := MemberTimeout(cluster(tc.mutate), tc.limit, tc.busy); got != tc.want {
 			t.Errorf("%s: MemberTimeout = %d, want %d", tc.name, got, tc.want)
 		}
 	}

@@ -70,13 +70,7 @@ func TestReportMetricsAreDocumented(t *testing.T) {
 // operator's `make test` builds it): a lone node reports a settled provisional ring, every
 // vnode active, nothing to send; a closed port is reported unreachable.
 func TestMetricsProberReadsARealNode(t *testing.T) {
-	bin := os.Getenv("LEVEE_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "..", "engine", "target", "release", "levee")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("no levee binary at %s (build it: cd engine && cargo build --release -p levee-node --bin levee; or set LEVEE_BIN): %v", bin, err)
-	}
+	bin := leveeBin(t)
 	grpcPort, metricsPort := freePort(t), freePort(t)
 	cmd := exec.Command(bin, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", grpcPort), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metricsPort),
 		"--ring-size", "8", "--aae-segments", "1024", "--data-dir", t.TempDir())
@@ -107,6 +101,19 @@ func TestMetricsProberReadsARealNode(t *testing.T) {
 }
 
 // freePort is a TCP port nothing listens on (now).
+// leveeBin is the levee node binary the tests run: LEVEE_BIN, or the engine's release build
+// (the operator's `make test` builds it).
+func leveeBin(t *testing.T) string {
+	bin := os.Getenv("LEVEE_BIN")
+	if bin == "" {
+		bin = filepath.Join("..", "..", "..", "engine", "target", "release", "levee")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no levee binary at %s (build it: cd engine && cargo build --release -p levee-node --bin levee; or set LEVEE_BIN): %v", bin, err)
+	}
+	return bin
+}
+
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

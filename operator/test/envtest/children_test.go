@@ -30,13 +30,16 @@ func TestCreateBuildsChildren(t *testing.T) {
 		storageClass string
 		nodeLabel    [2]string
 		size         string
-		timeout      int // per-member maintenance deadline: 100 GiB at the profile's rate + 300 s
+		timeout      int // per-member compaction deadline: 100 GiB at the profile's rate + 300 s
+		// per-member AAE rebuild deadline: the same work at the API server's default
+		// rebuildBusyPercent (10 %) takes ten times as long, + 300 s
+		aaeTimeout int
 	}{
-		{name: "nvme-defaults", mutate: nil, storageClass: "levee-nvme", nodeLabel: [2]string{"levee.io/storage", "nvme"}, size: "100Gi", timeout: 1324},
+		{name: "nvme-defaults", mutate: nil, storageClass: "levee-nvme", nodeLabel: [2]string{"levee.io/storage", "nvme"}, size: "100Gi", timeout: 1324, aaeTimeout: 10540},
 		{name: "hdd", mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Storage.Profile = kvv1.StorageHDD
 			c.Spec.Replicas = 4
-		}, storageClass: "levee-hdd", nodeLabel: [2]string{"levee.io/storage", "hdd"}, size: "100Gi", timeout: 4396},
+		}, storageClass: "levee-hdd", nodeLabel: [2]string{"levee.io/storage", "hdd"}, size: "100Gi", timeout: 4396, aaeTimeout: 41260},
 		{name: "hdd-overrides", mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Storage.Profile = kvv1.StorageHDD
 			sc := "st1-throughput"
@@ -44,7 +47,7 @@ func TestCreateBuildsChildren(t *testing.T) {
 			c.Spec.Storage.NodeSelector = map[string]string{"node.kubernetes.io/instance-type": "d3.xlarge"}
 			c.Spec.Image = "registry.example/levee:1.2.3"
 			c.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}
-		}, storageClass: "st1-throughput", nodeLabel: [2]string{"node.kubernetes.io/instance-type", "d3.xlarge"}, size: "100Gi", timeout: 4396},
+		}, storageClass: "st1-throughput", nodeLabel: [2]string{"node.kubernetes.io/instance-type", "d3.xlarge"}, size: "100Gi", timeout: 4396, aaeTimeout: 41260},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,7 +162,7 @@ func TestCreateBuildsChildren(t *testing.T) {
 				t.Errorf("aae schedule = %q", aae.Spec.Schedule)
 			}
 			step := aae.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
-			if want := fmt.Sprintf("admin aae-rebuild --addr kv-$(LEVEE_MEMBER_INDEX).kv-headless.%s.svc:8087 --timeout %d", ns, tc.timeout); strings.Join(step.Args, " ") != want {
+			if want := fmt.Sprintf("admin aae-rebuild --addr kv-$(LEVEE_MEMBER_INDEX).kv-headless.%s.svc:8087 --timeout %d", ns, tc.aaeTimeout); strings.Join(step.Args, " ") != want {
 				t.Errorf("aae step = %q, want %q", strings.Join(step.Args, " "), want)
 			}
 

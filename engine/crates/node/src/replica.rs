@@ -189,9 +189,9 @@ impl Replicas {
         Some(rx)
     }
 
-    /// A write ([`Replicas::call`] of a closure that stores): when its vnode is moving, the
-    /// answer waits (up to the default deadline) until the next owner has the write too, so a
-    /// read routed by the new claim right after the switch finds it. When the forward fails or
+    /// A write ([`Replicas::call`] of a closure that stores): when its vnode is moving (or just
+    /// moved here, while the switch settles), the answer waits (up to the default deadline) until
+    /// the partition's other owner has the write too, so a read routed by either claim finds it. When the forward fails or
     /// times out the write stays stored here but this replica answers with an error: counted as
     /// an acknowledgement it would let a quorum form that a read by the other claim can miss
     /// (old owner and one member that stays, against new owner and the other member that stays).
@@ -204,22 +204,17 @@ impl Replicas {
     ) -> Result<Stored, Status> {
         let mut s = self.call(partition, deadline, f).await?;
         if let Some(rx) = s.forwarded.take() {
-            match tokio::time::timeout(self.default_deadline, rx).await {
-                Ok(Ok(true)) => {}
+            let failed = match tokio::time::timeout(self.default_deadline, rx).await {
+                Ok(Ok(true)) => None,
+                Ok(Ok(false)) | Ok(Err(_)) => Some("failed".to_string()),
+                Err(_) => Some(format!("did not finish in {:?}", self.default_deadline)),
+            };
+            if let Some(why) = failed {
                 // Aborted, not Unavailable: this member answered, and must not be marked down.
-                Ok(Ok(false)) | Ok(Err(_)) => {
-                    return Err(Status::aborted(format!(
-                        "p{partition}: stored here, but the forward to the partition's next owner \
-                         failed: not acknowledged while the ring moves"
-                    )))
-                }
-                Err(_) => {
-                    return Err(Status::aborted(format!(
-                        "p{partition}: stored here, but the forward to the partition's next owner \
-                         did not finish in {:?}: not acknowledged while the ring moves",
-                        self.default_deadline
-                    )))
-                }
+                return Err(Status::aborted(format!(
+                    "p{partition}: stored here, but the forward to the partition's other owner \
+                     {why}: not acknowledged while the ring moves or a switch settles"
+                )));
             }
         }
         Ok(s)

@@ -621,12 +621,13 @@ impl Transitions {
         if s.since.elapsed() >= SETTLE_WARN_AFTER && !behind.is_empty() {
             self.settle_warning.warn(
                 "transition",
+                // No elapsed time in the text: `Throttled` logs a changed message at once.
                 format!(
-                    "the switch to list {} still settles after {} s: members may still route by \
-                     the claim before it, so this node keeps what it streamed away and forwards \
-                     writes back: {}",
+                    "the switch to list {} has settled for over {} s and waits for members that \
+                     may still route by the claim before it, so this node keeps what it streamed \
+                     away and forwards writes back: {}",
                     s.settle.version,
-                    s.since.elapsed().as_secs(),
+                    SETTLE_WARN_AFTER.as_secs(),
                     behind.join(", ")
                 ),
             );

@@ -31,6 +31,8 @@ pub struct Metrics {
     pub transition_partitions_to_send: IntGauge,
     /// Bytes this node streamed to next owners in the transition to its newest list.
     pub transition_bytes_sent: IntGauge,
+    /// Members this node's last switch still waits to hear routing by its target (0: settled).
+    pub transition_settle_awaiting: IntGauge,
     /// Vnodes rebuilding from the other replicas after this member lost its data.
     pub rebuild_partitions_pending: IntGauge,
     /// Objects and bytes pulled from other replicas to rebuild vnodes.
@@ -137,6 +139,14 @@ impl Metrics {
         .unwrap();
         registry
             .register(Box::new(transition_partitions_to_send.clone()))
+            .unwrap();
+        let transition_settle_awaiting = IntGauge::new(
+            "levee_transition_settle_awaiting_members",
+            "Members this node's last switch still waits to hear routing by its target; while above 0 it keeps what it streamed away and forwards writes back (0: settled)",
+        )
+        .unwrap();
+        registry
+            .register(Box::new(transition_settle_awaiting.clone()))
             .unwrap();
         let transition_bytes_sent = IntGauge::new(
             "levee_transition_bytes_sent",
@@ -291,6 +301,7 @@ impl Metrics {
             transition_forwards_failed,
             transition_partitions_to_send,
             transition_bytes_sent,
+            transition_settle_awaiting,
             rebuild_partitions_pending,
             rebuild_objects,
             rebuild_bytes,

@@ -169,6 +169,12 @@ impl Transitions {
             forward_to: Mutex::new(Vec::new()),
             forwarding_version: AtomicU64::new(0),
         };
+        if let Some(s) = t.settle.lock().as_ref() {
+            t.coordinator
+                .metrics
+                .transition_settle_awaiting
+                .set(s.settle.awaiting.len() as i64);
+        }
         let view = t.coordinator.vnodes.membership.view();
         t.set_forwarding(&view, &t.outgoing(&view));
         Ok(t)
@@ -346,6 +352,9 @@ impl Transitions {
             );
             save_json(&self.settle_path, &Some(&settle))
                 .map_err(|e| Status::internal(format!("{e:#}")))?;
+            c.metrics
+                .transition_settle_awaiting
+                .set(settle.awaiting.len() as i64);
             *settling = Some(Settling {
                 settle,
                 departed: view.routing_list.clone(),
@@ -605,6 +614,10 @@ impl Transitions {
                 Err(e) => behind.push(format!("{name} ({e})")),
             }
         }
+        let metrics = &self.coordinator.metrics;
+        metrics
+            .transition_settle_awaiting
+            .set(s.settle.awaiting.len() as i64);
         if s.settle.over(s.since.elapsed()) {
             save_json(&self.settle_path, &None::<Settle>)?;
             log::info!(

@@ -12,7 +12,7 @@ use crate::ring_transitions::{members, wait_settled, SERIAL};
 use std::time::Duration;
 
 use common::cluster::{nodes_of, run, Down};
-use common::load::{lazy, live_values, quorum, until_zero};
+use common::load::{lazy, live_values, metric, quorum, until_zero};
 use common::proxy::Proxy;
 use levee_proto::v1 as pb;
 
@@ -122,6 +122,11 @@ async fn a_member_that_cannot_switch_reads_every_write_the_switched_members_ackn
 
     // Well past the shortest settle and a few handoff passes.
     tokio::time::sleep(Duration::from_secs(10)).await;
+    // The switched members say they still wait (for n3 at least).
+    for n in [&nodes[0], &nodes[1], &nodes[3]] {
+        let awaiting = metric(&n.2, "levee_transition_settle_awaiting_members").await;
+        assert!(awaiting >= 1.0, "{} awaits {awaiting} members", n.0);
+    }
     let missed = write_then_read(&moved, &nodes[0].1, &nodes[2].1, "v2").await;
     assert!(
         missed.is_empty(),
@@ -155,7 +160,10 @@ async fn a_member_that_cannot_switch_reads_every_write_the_switched_members_ackn
     wait_settled(&dir, &all, 2, Duration::from_secs(60)).await;
     let start = std::time::Instant::now();
     for n in &nodes {
-        let series = ["levee_vnodes{state=\"handoff\"}"];
+        let series = [
+            "levee_vnodes{state=\"handoff\"}",
+            "levee_transition_settle_awaiting_members",
+        ];
         let held = until_zero(&n.2, &series, start + Duration::from_secs(60)).await;
         assert_eq!(
             held, 0.0,

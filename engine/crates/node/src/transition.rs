@@ -169,12 +169,6 @@ impl Transitions {
             forward_to: Mutex::new(Vec::new()),
             forwarding_version: AtomicU64::new(0),
         };
-        if let Some(s) = t.settle.lock().as_ref() {
-            t.coordinator
-                .metrics
-                .transition_settle_awaiting
-                .set(s.settle.awaiting.len() as i64);
-        }
         let view = t.coordinator.vnodes.membership.view();
         t.set_forwarding(&view, &t.outgoing(&view));
         Ok(t)
@@ -352,9 +346,6 @@ impl Transitions {
             );
             save_json(&self.settle_path, &Some(&settle))
                 .map_err(|e| Status::internal(format!("{e:#}")))?;
-            c.metrics
-                .transition_settle_awaiting
-                .set(settle.awaiting.len() as i64);
             *settling = Some(Settling {
                 settle,
                 departed: view.routing_list.clone(),
@@ -614,8 +605,9 @@ impl Transitions {
                 Err(e) => behind.push(format!("{name} ({e})")),
             }
         }
-        let metrics = &self.coordinator.metrics;
-        metrics
+        // The gauge's one writer: it follows the settle within a poll (0 once it is over).
+        self.coordinator
+            .metrics
             .transition_settle_awaiting
             .set(s.settle.awaiting.len() as i64);
         if s.settle.over(s.since.elapsed()) {

@@ -30,6 +30,7 @@ mod ledger;
 mod lock_order;
 mod manifest;
 pub mod pacing;
+mod reaper;
 mod snapshot;
 pub mod storage;
 mod store;

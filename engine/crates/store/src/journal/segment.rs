@@ -21,7 +21,7 @@ use parking_lot::RwLock;
 use super::record::{self, RecordView, HEADER_BYTES};
 use crate::codec::{put_u32, put_u64, seal, unseal, Reader};
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::{remove_quietly, sync_dir, write_atomic};
+use crate::fsutil::{sync_dir, write_atomic};
 use crate::storage::{Disk, Storage, StorageFile};
 
 const IDX_MAGIC: &[u8; 4] = b"LVIX";
@@ -75,72 +75,13 @@ pub(crate) struct Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
-            reap(Reap::Remove {
-                disk: self.disk.clone(),
-                paths: [self.path.clone(), self.path.with_extension("idx")],
-                file: self.file.clone(),
-            });
+            crate::reaper::remove_later(
+                self.disk.clone(),
+                vec![self.path.clone(), self.path.with_extension("idx")],
+                self.file.clone(),
+            );
         }
     }
-}
-
-/// Work for the reaper thread.
-enum Reap {
-    /// Remove a replaced segment's files and close its handle.
-    Remove {
-        disk: Disk,
-        paths: [PathBuf; 2],
-        file: Arc<dyn StorageFile>,
-    },
-    /// Answer once everything queued before is done.
-    Barrier(std::sync::mpsc::Sender<()>),
-}
-
-/// A replaced segment goes when its last holder lets go, and that is often a reader: a GET that
-/// pinned the segment list just before compaction replaced it. Unlinking a 256 MiB file and
-/// closing its last handle (the kernel then drops its page cache) took that GET hundreds of
-/// milliseconds, so the work goes to one process-wide thread instead.
-fn reap(job: Reap) {
-    static QUEUE: std::sync::OnceLock<std::sync::mpsc::Sender<Reap>> = std::sync::OnceLock::new();
-    let queue = QUEUE.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Reap>();
-        let spawned = std::thread::Builder::new()
-            .name("levee-segment-reaper".into())
-            .spawn(move || {
-                for job in rx {
-                    run_reap(job);
-                }
-            });
-        if let Err(e) = spawned {
-            log::warn!("no segment reaper thread ({e}): replaced segments are removed inline");
-        }
-        tx
-    });
-    if let Err(std::sync::mpsc::SendError(job)) = queue.send(job) {
-        run_reap(job);
-    }
-}
-
-fn run_reap(job: Reap) {
-    match job {
-        Reap::Remove { disk, paths, file } => {
-            for p in &paths {
-                remove_quietly(&*disk, p);
-            }
-            drop(file);
-        }
-        Reap::Barrier(done) => {
-            let _ = done.send(());
-        }
-    }
-}
-
-/// Wait until every replaced segment let go of before this call has been removed (journal
-/// compaction calls it before it returns, so its caller sees the space back).
-pub(crate) fn reap_barrier() {
-    let (tx, rx) = std::sync::mpsc::channel();
-    reap(Reap::Barrier(tx));
-    let _ = rx.recv();
 }
 
 impl Segment {

@@ -239,8 +239,14 @@ pub(crate) struct Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
+        // On the reaper thread: the last holder is often a GET that took the version before a
+        // merge replaced this table.
         if self.obsolete.load(std::sync::atomic::Ordering::Acquire) {
-            remove_quietly(&*self.disk, &self.path);
+            crate::reaper::remove_later(
+                self.disk.clone(),
+                vec![self.path.clone()],
+                self.file.clone(),
+            );
         }
     }
 }

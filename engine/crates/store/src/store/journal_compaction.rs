@@ -194,7 +194,7 @@ impl Inner {
         self.c.compaction_active.store(1, Ordering::Relaxed);
         let result = self.compact_journal_locked();
         // The replaced segments nobody else holds are queued for removal by now: wait for it.
-        crate::journal::segment::reap_barrier();
+        crate::reaper::barrier();
         self.c.compaction_active.store(0, Ordering::Relaxed);
         result
     }

@@ -27,7 +27,7 @@ impl Inner {
     }
 
     /// Release the files of expired snapshots. Journal segments they were the last to hold are
-    /// removed (by the segment reaper) before this returns, and before the registry is let go:
+    /// removed (by the reaper) before this returns, and before the registry is let go:
     /// a caller that finds nothing left to reap (the ledger worker reaped it a moment before)
     /// also finds the files gone.
     pub(super) fn reap_snapshots(&self) -> usize {
@@ -42,7 +42,7 @@ impl Inner {
         });
         // Only after an expiry: snapshots dropped by their holders released their segments then.
         if expired {
-            crate::journal::segment::reap_barrier();
+            crate::reaper::barrier();
         }
         reg.len()
     }

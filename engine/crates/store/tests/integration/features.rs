@@ -578,7 +578,7 @@ fn compaction_reclaims_replaced_values_and_keeps_every_live_key() {
         );
     }
     // The segments the snapshot pinned are still on disk; once it lets go they are removed (by
-    // the segment reaper, not by the thread that dropped the last reference).
+    // the reaper thread, not by the thread that dropped the last reference).
     let seg_bytes_on_disk = || -> u64 {
         std::fs::read_dir(d.path().join("journal"))
             .unwrap()

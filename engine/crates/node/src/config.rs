@@ -22,7 +22,8 @@
 //!               compression_point ("on_receipt" | "on_compact"; default "on_receipt")
 //! [compaction]  window_start_hour, window_end_hour, runs_per_day, time_zone, single_file_percent,
 //!               max_run_percent, max_run_length, scheduler ("external" | "node"),
-//!               busy_percent (100: a run's share of the time; below 100 it waits between batches)
+//!               busy_percent (100: a run's share of the time; below 100 it waits between batches),
+//!               nice (10: the compaction thread's nice value, 0–19; 0: the caller's priority)
 //! [tls]         cert_file, key_file, ca_file (client CA: clients must present a certificate),
 //!               reload_interval_secs
 //! [membership]  members = ["host:port", ...]
@@ -125,6 +126,9 @@ pub struct CompactionSection {
     /// Percent of the time a compaction run works (1–100; 100: unpaced); the store's
     /// `compaction_busy_percent`.
     pub busy_percent: u32,
+    /// Nice value of the thread a compaction runs on (0–19; default 10; 0: the priority of the
+    /// thread that asked); the store's `compaction_nice`.
+    pub nice: i32,
 }
 
 /// TLS on the gRPC port (see `tls.rs`). The operator mounts its cert-manager Secret at
@@ -279,6 +283,7 @@ impl Default for CompactionSection {
             max_run_length: t.max_run as u32,
             scheduler: "external".into(),
             busy_percent: levee_store::Config::default().compaction_busy_percent,
+            nice: levee_store::DEFAULT_COMPACTION_NICE,
         }
     }
 }
@@ -375,6 +380,13 @@ impl NodeConfig {
             bail!(
                 "compaction.busy_percent must be between 1 and 100 (100: unpaced), got {}",
                 self.compaction.busy_percent
+            );
+        }
+        if !(0..=19).contains(&self.compaction.nice) {
+            bail!(
+                "compaction.nice must be between 0 and 19 (0: the priority of the thread that \
+                 asks), got {}",
+                self.compaction.nice
             );
         }
         if !(1..=100).contains(&self.aae.rebuild_busy_percent) {
@@ -486,6 +498,7 @@ impl NodeConfig {
             },
             compaction_window: (c.window_start_hour, c.window_end_hour),
             compaction_busy_percent: c.busy_percent,
+            compaction_nice: c.nice,
             compaction_runs_per_day: if c.scheduler == "node" {
                 c.runs_per_day
             } else {
@@ -715,6 +728,16 @@ ca_file = "/etc/levee/tls/ca.crt"
         let c = load("[compaction]\nbusy_percent = 30\n").unwrap();
         assert_eq!(c.store_config().unwrap().compaction_busy_percent, 30);
         assert!(load("[compaction]\nbusy_percent = 101\n").is_err());
+        let c = load("[compaction]\nnice = 0\n").unwrap();
+        assert_eq!(c.store_config().unwrap().compaction_nice, 0);
+        assert_eq!(
+            load("").unwrap().store_config().unwrap().compaction_nice,
+            levee_store::DEFAULT_COMPACTION_NICE
+        );
+        for bad in ["-1", "20"] {
+            let e = load(&format!("[compaction]\nnice = {bad}\n")).unwrap_err();
+            assert!(format!("{e:#}").contains("compaction.nice"), "{e:#}");
+        }
         let e = load("[aae]\nrebuild_busy_percent = 0\n").unwrap_err();
         assert!(format!("{e:#}").contains("rebuild_busy_percent"), "{e:#}");
         let c = load("[handoff]\nbusy_percent = 40\n").unwrap();

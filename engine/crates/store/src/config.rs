@@ -89,6 +89,10 @@ pub struct Config {
     /// waits between batches of records, leaving the CPU to requests, and reclaims space that
     /// much more slowly.
     pub compaction_busy_percent: u32,
+    /// The nice value (0–19) of the thread a journal compaction runs on: a compaction gets a
+    /// core only when requests leave it free. Default 10; 0 runs it on the caller's thread at
+    /// the caller's priority.
+    pub compaction_nice: i32,
     /// Scheduled compaction: allowed UTC hours `[start, end)` (may wrap midnight; equal = all day).
     pub compaction_window: (u32, u32),
     /// Scheduled compaction runs per day; 0 disables the scheduler (explicit `compact_journal` only).
@@ -109,6 +113,9 @@ pub const MAX_KEY_BYTES: usize = 64 * 1024;
 pub const MAX_BUCKET_BYTES: usize = 255;
 /// Number of ledger levels (L0..L6).
 pub const NUM_LEVELS: usize = 7;
+/// Default `Config::compaction_nice` (measured: docs/benchmarks.md, "Compaction at a lower CPU
+/// priority").
+pub const DEFAULT_COMPACTION_NICE: i32 = 10;
 
 impl Default for Config {
     fn default() -> Self {
@@ -138,6 +145,7 @@ impl Default for Config {
             compaction_sample_records: 192,
             compaction_bytes_per_sec: None,
             compaction_busy_percent: 100,
+            compaction_nice: DEFAULT_COMPACTION_NICE,
             compaction_window: (0, 0),
             compaction_runs_per_day: 0,
             compression_method: crate::Compression::None,
@@ -200,6 +208,9 @@ impl Config {
         }
         if !(1..=100).contains(&self.compaction_busy_percent) {
             return bad("compaction_busy_percent must be 1 to 100");
+        }
+        if !(0..=19).contains(&self.compaction_nice) {
+            return bad("compaction_nice must be 0 to 19");
         }
         if !(1..=100).contains(&self.aae_rebuild_busy_percent) {
             return bad("aae_rebuild_busy_percent must be 1 to 100");

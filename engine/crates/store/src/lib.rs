@@ -44,7 +44,9 @@ pub use aae::{leaf_hash as aae_leaf_hash, segment_of as aae_segment, AaeKeyHash,
 pub use compaction::{
     choose as choose_compaction_run, day_schedule, hour_allowed, CompactionThresholds,
 };
-pub use config::{Config, SyncMode, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS};
+pub use config::{
+    Config, SyncMode, DEFAULT_COMPACTION_NICE, MAX_BUCKET_BYTES, MAX_KEY_BYTES, NUM_LEVELS,
+};
 pub use error::{Error, Result};
 pub use keys::{validate_index_changes, validate_object_key, IndexChange, IndexOp, Term};
 #[doc(hidden)]

@@ -321,7 +321,8 @@ fn close_waits_for_a_running_journal_compaction() {
             .unwrap();
     }
     settle(&s);
-    let pause = pause_thread_at(&disk, "compactor", SimOp::Append);
+    // The run works on the store's own compaction thread (at `compaction_nice`), not the caller's.
+    let pause = pause_thread_at(&disk, "levee-compaction", SimOp::Append);
     let compactor = {
         let s = s.clone();
         spawn_named("compactor", move || s.compact_journal())

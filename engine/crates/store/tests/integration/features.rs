@@ -424,6 +424,67 @@ fn journal_cfg() -> Config {
     }
 }
 
+/// The calling thread's nice value (`getpriority` on its thread id).
+fn thread_nice() -> i32 {
+    // SAFETY: a read-only system call on the calling thread's id.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+
+/// Journal compaction works on a thread of its own at `compaction_nice`, so requests come first
+/// for the CPU, and leaves the caller's thread at the priority it had (a node compacts on its
+/// blocking pool, whose threads serve requests next). Observed on the simulated disk: the thread
+/// that creates the compaction's output files, and its nice value then.
+#[test]
+fn journal_compaction_runs_on_its_own_thread_at_a_lower_priority() {
+    use levee_store::storage::{SimDisk, SimOp};
+    let disk = SimDisk::new();
+    let cfg = journal_cfg();
+    assert_eq!(cfg.compaction_nice, levee_store::DEFAULT_COMPACTION_NICE);
+    let s = Store::open_on(disk.handle(), "/db", cfg).unwrap();
+    let value = |k: u32, round: u32| format!("{k}:{round}:").repeat(200).into_bytes();
+    for round in 0..4 {
+        for k in 0..300u32 {
+            s.put(b"b", &k.to_le_bytes(), &value(k, round), b"", &[])
+                .unwrap();
+        }
+    }
+    let creators = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = creators.clone();
+    disk.set_hook(Some(Arc::new(move |op| {
+        if op == SimOp::Create {
+            let name = std::thread::current().name().map(str::to_owned);
+            seen.lock().unwrap().push((name, thread_nice()));
+        }
+    })));
+    let caller = thread_nice();
+    let report = s.compact_journal().unwrap();
+    disk.set_hook(None);
+    assert!(
+        !report.compacted_segments.is_empty(),
+        "three of every four records are dead: a run qualifies"
+    );
+    let creators = creators.lock().unwrap();
+    let want = caller.max(levee_store::DEFAULT_COMPACTION_NICE);
+    assert!(
+        creators
+            .iter()
+            .any(|(name, nice)| name.as_deref() == Some("levee-compaction") && *nice == want),
+        "the outputs are written by levee-compaction at nice {want}: {creators:?}"
+    );
+    let me = std::thread::current().name().map(str::to_owned);
+    assert!(
+        creators.iter().all(|(name, _)| *name != me),
+        "nothing is written on the caller's thread: {creators:?}"
+    );
+    assert_eq!(thread_nice(), caller, "the caller's priority is unchanged");
+    for k in 0..300u32 {
+        assert_eq!(
+            s.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,
+            value(k, 3)
+        );
+    }
+}
+
 /// A few keys overwritten many times never fill the ledger memtable, so nothing of the journal
 /// is persisted in the ledger; compaction must still reclaim the replaced values (it flushes and
 /// checkpoints first), and every latest value must survive a crash right after it.

@@ -65,6 +65,10 @@ impl Store {
             i.save_aae_tree();
             Ok(())
         })();
+        // Files the store replaced (tables a merge or the final flush retired, segments a
+        // compaction replaced) go on the reaper thread: let it finish with them, so a closed
+        // directory holds only what the manifest lists before another open may take it.
+        crate::reaper::barrier();
         self.lock.lock().take();
         result
     }

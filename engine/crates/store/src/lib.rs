@@ -30,6 +30,7 @@ mod ledger;
 mod lock_order;
 mod manifest;
 pub mod pacing;
+mod priority;
 mod reaper;
 mod snapshot;
 pub mod storage;

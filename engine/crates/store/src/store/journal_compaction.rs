@@ -192,47 +192,14 @@ impl Inner {
             ));
         };
         self.c.compaction_active.store(1, Ordering::Relaxed);
-        let result = self.at_compaction_priority(|| self.compact_journal_locked());
+        let result =
+            crate::priority::run_at_nice("levee-compaction", self.cfg.compaction_nice, || {
+                self.compact_journal_locked()
+            });
         // The replaced segments nobody else holds are queued for removal by now: wait for it.
         crate::reaper::barrier();
         self.c.compaction_active.store(0, Ordering::Relaxed);
         result
-    }
-
-    /// Run `work` on a thread of its own at `compaction_nice`, so that requests come first for
-    /// the CPU. A thread's nice value can be raised but not lowered again without privileges,
-    /// hence a new thread rather than the caller's (a node's blocking pool thread serves requests
-    /// next). Inline, at the caller's priority, when `compaction_nice` is 0 or no thread starts.
-    fn at_compaction_priority<T: Send>(
-        &self,
-        work: impl FnOnce() -> Result<T> + Send,
-    ) -> Result<T> {
-        let nice = self.cfg.compaction_nice;
-        if nice == 0 {
-            return work();
-        }
-        let work = std::sync::Mutex::new(Some(work));
-        let run = || {
-            let work = work.lock().unwrap_or_else(|p| p.into_inner()).take();
-            (work.expect("the compaction work runs once"))()
-        };
-        std::thread::scope(|scope| {
-            let thread = std::thread::Builder::new()
-                .name("levee-compaction".into())
-                .spawn_scoped(scope, || {
-                    set_thread_nice(nice);
-                    run()
-                });
-            match thread {
-                Ok(t) => t
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                Err(e) => {
-                    log::warn!("no compaction thread ({e}): compacting at the caller's priority");
-                    run()
-                }
-            }
-        })
     }
 
     /// Make every closed journal segment eligible for compaction. Records above the protected
@@ -462,25 +429,5 @@ impl Inner {
                 Err(e) => log::error!("scheduled journal compaction failed: {e}"),
             }
         }
-    }
-}
-
-/// Lower the calling thread's priority to nice `nice` (Linux: `setpriority` on a thread id
-/// affects that thread only), never raising it: a process already niced further keeps its
-/// value. A failure is logged once; the work then runs at the priority it has.
-fn set_thread_nice(nice: i32) {
-    // SAFETY: plain system calls on the calling thread's own id; errno is cleared first because
-    // getpriority may legitimately return -1.
-    let failed = unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        let unknown = now == -1 && *libc::__errno_location() != 0;
-        !unknown && now < nice && libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0
-    };
-    if failed {
-        static WARNED: std::sync::Once = std::sync::Once::new();
-        let e = std::io::Error::last_os_error();
-        WARNED.call_once(|| log::warn!("could not lower the compaction thread's priority: {e}"));
     }
 }

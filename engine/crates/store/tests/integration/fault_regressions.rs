@@ -70,6 +70,22 @@ fn pause_thread_at(disk: &SimDisk, name: &'static str, op: SimOp) -> Pause {
     Pause { paused, resume }
 }
 
+/// Starts `close` on another thread while `pause` holds a thread, gives close 300 ms, then
+/// resumes the held thread: the closer, and whether close had returned before the resume.
+fn close_while_paused(
+    s: &Arc<Store>,
+    pause: &Pause,
+) -> (std::thread::JoinHandle<levee_store::Result<()>>, bool) {
+    let closer = {
+        let s = s.clone();
+        spawn_named("closer", move || s.close())
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let closed_early = closer.is_finished();
+    pause.resume.send(()).unwrap();
+    (closer, closed_early)
+}
+
 fn spawn_named<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
@@ -328,13 +344,7 @@ fn close_waits_for_a_running_journal_compaction() {
         spawn_named("compactor", move || s.compact_journal())
     };
     pause.paused.recv().unwrap(); // the run is writing its first output record
-    let closer = {
-        let s = s.clone();
-        spawn_named("closer", move || s.close())
-    };
-    std::thread::sleep(Duration::from_millis(300));
-    let closed_early = closer.is_finished();
-    pause.resume.send(()).unwrap();
+    let (closer, closed_early) = close_while_paused(&s, &pause);
     let outcome = compactor.join().unwrap();
     closer.join().unwrap().unwrap();
     disk.set_hook(None);
@@ -349,6 +359,49 @@ fn close_waits_for_a_running_journal_compaction() {
             .iter()
             .any(|p| p.to_string_lossy().ends_with(".cseg")),
         "the interrupted run left its outputs"
+    );
+}
+
+/// Bug 9 (CI at 50e47fa): close returned while the reaper could still be removing files the store
+/// had replaced, so a closed directory briefly held files its manifest no longer listed, and the
+/// reaper could touch a directory whose lock the next open had taken. A removal is queued just
+/// before close (the last snapshot holding compacted segments lets go) and held at the disk.
+#[test]
+fn close_waits_for_the_reaper_to_remove_what_the_store_replaced() {
+    let disk = SimDisk::new();
+    let s = Arc::new(open(&disk, &compacting(cfg(SyncMode::None))).unwrap());
+    for i in (0..50).chain((0..50).step_by(2)) {
+        s.put(b"b", format!("k{i}").as_bytes(), &[7u8; 100], b"", &[])
+            .unwrap();
+    }
+    settle(&s);
+    let snap = s.snapshot(SnapshotKind::Fold).unwrap();
+    let report = s.compact_journal().unwrap();
+    assert!(!report.compacted_segments.is_empty());
+    // The snapshot pins the replaced segments; letting it go queues their removal.
+    let pause = pause_thread_at(&disk, "levee-reaper", SimOp::Remove);
+    drop(snap);
+    pause.paused.recv().unwrap(); // the reaper is removing the first of them
+    let (closer, closed_early) = close_while_paused(&s, &pause);
+    closer.join().unwrap().unwrap();
+    disk.set_hook(None);
+    assert!(
+        !closed_early,
+        "close returned while the reaper was still removing replaced segments"
+    );
+    let left = disk
+        .list_files()
+        .into_iter()
+        .filter(|p| {
+            report
+                .compacted_segments
+                .iter()
+                .any(|id| p.to_string_lossy().ends_with(&format!("{id:020}.seg")))
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        left.is_empty(),
+        "replaced segments left after close: {left:?}"
     );
 }
 

@@ -126,6 +126,7 @@ impl Levee {
             aae_rebuild_busy_percent: s
                 .aae_rebuild_busy_percent
                 .unwrap_or(defaults.aae_rebuild_busy_percent),
+            compaction_nice: s.compaction_nice.unwrap_or(defaults.compaction_nice),
             ..defaults
         };
         Ok(Levee {

@@ -22,6 +22,8 @@ struct Args {
     cmd: Cmd,
 }
 
+// Parsed once per process: the size of `Run`'s options beside the small commands costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a scenario; writes summary.csv, <label>_latencies.csv (basho_bench's labels:
@@ -82,6 +84,10 @@ enum Cmd {
         /// store's default: 10).
         #[arg(long)]
         aae_busy_percent: Option<u32>,
+        /// levee only: the nice value, 0–19, of the journal compaction thread (the store's
+        /// default: 10; 0: no thread of its own, the maintenance thread's priority).
+        #[arg(long, allow_negative_numbers = true)]
+        compaction_nice: Option<i32>,
         /// No progress line.
         #[arg(long)]
         quiet: bool,
@@ -182,6 +188,7 @@ fn main() -> Result<()> {
             journal_segment_mb,
             aae_busy_percent,
             compaction_busy_percent,
+            compaction_nice,
             quiet,
             check,
         } => {
@@ -209,6 +216,9 @@ fn main() -> Result<()> {
             }
             if aae_busy_percent.is_some() {
                 s.aae_rebuild_busy_percent = aae_busy_percent;
+            }
+            if compaction_nice.is_some() {
+                s.compaction_nice = compaction_nice;
             }
             if let Some(d) = driver {
                 s.driver = d;

@@ -24,6 +24,7 @@
 //! journal_segment_mb = 1024      # optional, levee only: journal segment roll size (default 256)
 //! compaction_busy_percent = 25  # optional, levee only: percent of the time a compaction works (default 100)
 //! aae_rebuild_busy_percent = 100 # optional, levee only: percent of the time a rebuild works (default 10)
+//! compaction_nice = 0            # optional, levee only: nice value of the compaction thread (default 10)
 //! unique_value_size = 6000       # put_unique's incompressible write-once documents
 //! [preload]
 //! keys = 10000                  # sequential puts of keys 0..keys before the timed run
@@ -106,6 +107,11 @@ pub struct Scenario {
     /// (`aae_rebuild_busy_percent`); the store's default (10) when absent.
     #[serde(default)]
     pub aae_rebuild_busy_percent: Option<u32>,
+    /// levee only: the nice value, 0–19, of the thread a journal compaction works on
+    /// (`compaction_nice`; 0: the maintenance thread's own priority); the store's default (10)
+    /// when absent.
+    #[serde(default)]
+    pub compaction_nice: Option<i32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -407,6 +413,14 @@ impl Scenario {
                 _ => {}
             }
         }
+        match self.compaction_nice {
+            Some(n) if !(0..=19).contains(&n) => bail!("compaction_nice must be 0 to 19, not {n}"),
+            Some(_) if self.driver != "levee" => bail!(
+                "compaction_nice is the CPU priority of levee's journal compaction, not for driver {}",
+                self.driver
+            ),
+            _ => {}
+        }
         match self.journal_segment_mb {
             Some(0) | Some(4097..) => {
                 bail!("journal_segment_mb must be 1 to 4096 (leave it out for the store's default)")
@@ -468,6 +482,9 @@ mod tests {
         assert!(bad("compaction_busy_percent = 0").contains("1 to 100"));
         assert!(bad("driver = \"fjall\"\ncompaction_busy_percent = 50").contains("levee's"));
         assert!(bad("aae_rebuild_busy_percent = 0").contains("1 to 100"));
+        assert!(bad("compaction_nice = 20").contains("0 to 19"));
+        assert!(bad("compaction_nice = -1").contains("0 to 19"));
+        assert!(bad("driver = \"rocksdb\"\ncompaction_nice = 0").contains("levee's"));
         assert!(bad("aae_rebuild_busy_percent = 101").contains("1 to 100"));
         assert!(bad("driver = \"rocksdb\"\naae_rebuild_busy_percent = 100").contains("levee's"));
         assert!(bad("[index]\nentries = 0").contains("1..=16"));

@@ -57,6 +57,7 @@ func SetDefaults(c *KVCluster) {
 		cp.Thresholds.MaxRunLength = DefaultMaxRunLength
 	}
 	setInt(&cp.BusyPercent, DefaultCompactionBusyPercent)
+	setInt(&cp.Nice, DefaultCompactionNice)
 	setInt(&s.AntiEntropy.RebuildBusyPercent, DefaultRebuildBusyPercent)
 	if s.Handoff.MaxBytesPerSec == nil {
 		v := DefaultHandoffMaxBytesPerSec

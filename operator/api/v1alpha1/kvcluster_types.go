@@ -35,6 +35,7 @@ const (
 	// The pacing defaults are the node's own (docs/node.md, levee.toml): a setting at its
 	// default is left out of levee.toml, so adding these fields restarted no member.
 	DefaultCompactionBusyPercent int32 = 100
+	DefaultCompactionNice        int32 = 10
 	DefaultRebuildBusyPercent    int32 = 10
 	DefaultHandoffMaxBytesPerSec int64 = 33554432
 	DefaultHandoffBusyPercent    int32 = 10
@@ -153,6 +154,14 @@ type CompactionSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	BusyPercent *int32 `json:"busyPercent,omitempty"`
+	// Nice is the CPU priority (Linux nice value, 0–19) of the thread a compaction run works on,
+	// so that requests come first for the CPU; 0 runs it at the priority of the thread that
+	// asked. Higher yields more and risks compaction falling behind sustained overwrites.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=19
+	// +optional
+	Nice *int32 `json:"nice,omitempty"`
 }
 
 // AntiEntropySpec schedules active anti-entropy (AAE) tree rebuilds.

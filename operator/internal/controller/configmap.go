@@ -42,6 +42,10 @@ func EngineTOML(c *kvv1.KVCluster) string {
 	if v := deref(s.Compaction.BusyPercent); v != 0 && v != kvv1.DefaultCompactionBusyPercent {
 		fmt.Fprintf(&b, "busy_percent = %d\n", v)
 	}
+	// 0 is a setting of its own here (the caller's priority), so unset, not 0, means default.
+	if v := s.Compaction.Nice; v != nil && *v != kvv1.DefaultCompactionNice {
+		fmt.Fprintf(&b, "nice = %d\n", *v)
+	}
 	h := s.Handoff
 	if (h.MaxBytesPerSec != nil && *h.MaxBytesPerSec != kvv1.DefaultHandoffMaxBytesPerSec) ||
 		(h.BusyPercent != nil && *h.BusyPercent != kvv1.DefaultHandoffBusyPercent) {

@@ -30,13 +30,17 @@ func TestBuildConfigMap(t *testing.T) {
 			// The schedule belongs to the operator's CronJobs, not to the node's file; pacing at
 			// the node's defaults is left out.
 			notWant: []string{"[tls]", "window_start_hour", "window_end_hour", "runs_per_day", "time_zone",
-				"busy_percent", "[handoff]", "[aae]", "max_bytes_per_sec"}},
+				"busy_percent", "[handoff]", "[aae]", "max_bytes_per_sec", "nice"}},
 		{name: "pacing away from the defaults", nMembers: 3, mutate: func(c *kvv1.KVCluster) {
 			c.Spec.Compaction.BusyPercent = i32(40)
 			c.Spec.AntiEntropy.RebuildBusyPercent = i32(25)
 			c.Spec.Handoff.BusyPercent = i32(30)
 		}, want: []string{"max_run_length = 4\nbusy_percent = 40\n",
 			"[handoff]\nmax_bytes_per_sec = 33554432\nbusy_percent = 30\n", "[aae]\nrebuild_busy_percent = 25\n"}},
+		// 0 is a value of its own (compact at the caller's priority), not "unset".
+		{name: "compaction at the caller's priority", nMembers: 3, mutate: func(c *kvv1.KVCluster) {
+			c.Spec.Compaction.Nice = i32(0)
+		}, want: []string{"max_run_length = 4\nnice = 0\n"}, notWant: []string{"busy_percent", "[aae]"}},
 		{name: "only the handoff byte limit", nMembers: 3, mutate: func(c *kvv1.KVCluster) {
 			v := int64(0)
 			c.Spec.Handoff.MaxBytesPerSec = &v
@@ -110,10 +114,13 @@ func TestConfigHash(t *testing.T) {
 		{"compaction busy share", func(c *kvv1.KVCluster) { c.Spec.Compaction.BusyPercent = i32(50) }, true},
 		{"rebuild busy share", func(c *kvv1.KVCluster) { c.Spec.AntiEntropy.RebuildBusyPercent = i32(50) }, true},
 		{"handoff busy share", func(c *kvv1.KVCluster) { c.Spec.Handoff.BusyPercent = i32(50) }, true},
+		{"compaction nice", func(c *kvv1.KVCluster) { c.Spec.Compaction.Nice = i32(19) }, true},
+		{"compaction nice at its default", func(c *kvv1.KVCluster) { c.Spec.Compaction.Nice = i32(kvv1.DefaultCompactionNice) }, false},
 		// A cluster stored before the pacing fields existed (unset) and one at their defaults
 		// render the same file: upgrading the operator restarts no member.
 		{"pacing unset", func(c *kvv1.KVCluster) {
 			c.Spec.Compaction.BusyPercent, c.Spec.AntiEntropy.RebuildBusyPercent = nil, nil
+			c.Spec.Compaction.Nice = nil
 			c.Spec.Handoff = kvv1.HandoffSpec{}
 		}, false},
 	}
@@ -136,6 +143,7 @@ func TestARealNodeStartsWithTheRenderedSettings(t *testing.T) {
 		c.Spec.Engine.CompressionPoint = "onCompact"
 		c.Spec.Compaction.Thresholds.SingleFilePercent = i32(30)
 		c.Spec.Compaction.BusyPercent = i32(40)
+		c.Spec.Compaction.Nice = i32(19)
 		c.Spec.AntiEntropy.RebuildBusyPercent = i32(25)
 		c.Spec.Handoff.BusyPercent = i32(30)
 		v := int64(0)
@@ -143,7 +151,7 @@ func TestARealNodeStartsWithTheRenderedSettings(t *testing.T) {
 	})
 	dir := t.TempDir()
 	engine := EngineTOML(c)
-	for _, w := range []string{"[compaction]", "busy_percent = 40", "[handoff]", "[aae]", "compression_method = \"zstd\""} {
+	for _, w := range []string{"[compaction]", "busy_percent = 40", "nice = 19", "[handoff]", "[aae]", "compression_method = \"zstd\""} {
 		if !strings.Contains(engine, w) {
 			t.Fatalf("the rendered settings lack %q:\n%s", w, engine)
 		}

@@ -47,6 +47,15 @@ pub fn latency_file_name(op: &str) -> String {
 /// Size of the random buffer put_unique's documents are sliced from.
 const UNIQUE_BUFFER_BYTES: usize = 32 << 20;
 
+/// The value for `op` in a per-operation map, made by `new` the first time. Looked up by `&str`:
+/// the hot path (every operation, under the window lock) allocates no key.
+fn per_op<'a, V>(map: &'a mut BTreeMap<String, V>, op: &str, new: impl FnOnce() -> V) -> &'a mut V {
+    if !map.contains_key(op) {
+        map.insert(op.to_owned(), new());
+    }
+    map.get_mut(op).expect("inserted above")
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()
 }
@@ -207,7 +216,7 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
             let counted = move |op: &str, n: Result<usize>| {
                 n.map(|n| {
                     let mut q = query_results.lock();
-                    let e = q.entry(op.to_string()).or_default();
+                    let e = per_op(&mut q, op, Default::default);
                     e.0 += 1;
                     e.1 += n as u64;
                 })
@@ -287,14 +296,10 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
                     let us = t.elapsed().as_micros() as u64;
                     let mut win = window.lock();
                     match result {
-                        Ok(()) => win
-                            .hists
-                            .entry(op.to_string())
-                            .or_insert_with(hist)
-                            .saturating_record(us.max(1)),
+                        Ok(()) => per_op(&mut win.hists, op, hist).saturating_record(us.max(1)),
                         Err(e) => {
                             *win.errors.entry(format!("{op}: {e}")).or_default() += 1;
-                            *win.errors_by_op.entry(op.to_string()).or_default() += 1;
+                            *per_op(&mut win.errors_by_op, op, Default::default) += 1;
                             errs_c.fetch_add(1, Ordering::Relaxed);
                         }
                     }

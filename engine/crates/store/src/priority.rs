@@ -1,8 +1,9 @@
-//! Background work at a lower CPU priority. Journal compaction and AAE tree rebuilds run on a
-//! scoped thread of their own that lowers its nice value first, so that requests come first for
-//! the CPU: a thread's nice value can be raised but not lowered again without privileges, and the
-//! caller is often a thread that serves requests next (a node's blocking pool), so the caller's
-//! own priority is never touched.
+//! Background work at a lower CPU priority. Journal compaction runs on a scoped thread of its own
+//! that lowers its nice value first, so that requests come first for the CPU: a thread's nice
+//! value can be raised but not lowered again without privileges, and the caller is often a thread
+//! that serves requests next (a node's blocking pool), so the caller's own priority is never
+//! touched. (The AAE rebuild was tried here and is not: docs/benchmarks.md, "AAE rebuilds at a
+//! lower CPU priority, tried and not kept".)
 
 use crate::error::Result;
 

@@ -27,14 +27,19 @@ pub(crate) enum Rank {
     Snapshots,
     /// The write path: SQN assignment, journal append, memtable insert.
     Write,
-    /// Held across every fdatasync of the active segment with its poisoning decision.
+    /// Segments a roll handed on, not yet closed (their index written): the ledger worker or
+    /// `close` holds it while it closes them.
+    RolledSegments,
+    /// Held across every fdatasync of the journal with its poisoning decision.
     JournalSyncGate,
-    /// The active segment's file handle.
-    ActiveJournal,
+    /// The files a journal sync covers: the active segment's and rolled-out ones not yet synced.
+    JournalFiles,
     /// The AAE tree.
     Aae,
     /// The manifest writer.
     Manifest,
+    /// Whether the journal directory holds an entry not yet made durable (a rolled-in segment).
+    JournalDir,
     /// The background-work state (flush/merge queue, stall and settle checks).
     Bg,
     /// Memtables.

@@ -239,15 +239,31 @@ impl JournalWriter {
         file.sync_data().ctx(|| "syncing the journal".to_string())
     }
 
-    /// Close this segment (fsync, write its index) and start a new one with `new_id`.
-    pub(crate) fn roll(&mut self, disk: &Disk, dir: &Path, new_id: u64) -> Result<Arc<Segment>> {
-        Self::sync(&*self.file)?;
-        self.seg.close(dir)?;
-        let (seg, file) = Segment::create(disk, dir, new_id)?;
-        self.seg = seg.clone();
-        self.file = file;
-        self.size = 0;
+    /// Start a new segment with `new_id` and append to it from now on; it begins with a link to
+    /// this one. Returns the segment and file rolled out, neither synced nor closed: that is I/O
+    /// the write lock must not wait for. The caller hands the file to the next sync of the
+    /// journal, which fdatasyncs it before the new one (`Inner::sync_rolled`), and the segment to
+    /// the ledger worker, which closes it (`Inner::finish_rolls`).
+    pub(crate) fn roll(&mut self, disk: &Disk, dir: &Path, new_id: u64) -> Result<RolledOut> {
+        let (seg, file) = Segment::create_unlisted(disk, dir, new_id)?;
+        let link = segment::encode_link(segment::Link {
+            prev_id: self.seg.id,
+            prev_len: self.size,
+        });
+        file.append(&link)
+            .ctx(|| format!("writing the link of journal segment {new_id}"))?;
+        let out = RolledOut {
+            seg: std::mem::replace(&mut self.seg, seg),
+            file: std::mem::replace(&mut self.file, file),
+        };
+        self.size = link.len() as u64;
         self.records = 0;
-        Ok(seg)
+        Ok(out)
     }
+}
+
+/// A segment a roll has just replaced as the active one.
+pub(crate) struct RolledOut {
+    pub seg: Arc<Segment>,
+    pub file: Arc<dyn StorageFile>,
 }

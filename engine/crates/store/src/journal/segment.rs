@@ -1,10 +1,14 @@
 //! Journal segment files and their SQN→offset indexes.
 //!
-//! A segment `<id>.seg` is a plain sequence of records (see `record`). When a segment is closed its
-//! index is written beside it as `<id>.idx`:
+//! A segment `<id>.seg` is a sequence of records (see `record`). A segment a roll started begins
+//! with a link to the segment it replaced, whose tail is synced after the roll, outside the write
+//! lock: recovery tells an unsynced tail lost in a power cut (the link says the predecessor was
+//! longer) from a segment that is missing. When a segment is closed its index is written beside it
+//! as `<id>.idx`:
 //!
 //! ```text
-//! idx := "LVIX" version:u32 count:u64 (sqn:u64 offset:u64 len:u32)* crc:u32
+//! link := ff ff ff ff "LVLK" prev_id:u64 prev_len:u64 crc:u32     (a record never starts so)
+//! idx  := "LVIX" version:u32 count:u64 (sqn:u64 offset:u64 len:u32)* crc:u32
 //! ```
 //!
 //! The index of the active segment lives only in memory and is rebuilt by scanning the file on open.
@@ -32,6 +36,76 @@ const IDX_VERSION: u32 = 1;
 pub(crate) const MAX_RECORD_BYTES: usize = (1 << 30) + (16 << 20);
 /// Smallest possible record body (sqn, kind, timestamp, three empty byte strings, change count).
 const MIN_BODY: usize = 8 + 1 + 8 + 4 + 4 + 4 + 4;
+
+/// The link a rolled-in segment begins with. Its first four bytes read as a record length no
+/// record has (above `MAX_RECORD_BYTES`), so a segment without one is never taken for one with.
+const LINK_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'L', b'K'];
+/// Bytes of a link: magic, predecessor id and length, CRC.
+pub(crate) const LINK_BYTES: u64 = 8 + 8 + 8 + 4;
+
+/// What a rolled-in segment says about the segment it replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Link {
+    pub prev_id: u64,
+    /// The predecessor's length when it was replaced: all of it durable before anything after.
+    pub prev_len: u64,
+}
+
+pub(crate) fn encode_link(link: Link) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LINK_BYTES as usize);
+    out.extend_from_slice(&LINK_MAGIC);
+    put_u64(&mut out, link.prev_id);
+    put_u64(&mut out, link.prev_len);
+    seal(&mut out, 0);
+    out
+}
+
+/// How a segment file begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// With a record, or empty: records from offset 0.
+    Records,
+    /// With a whole link: records from `LINK_BYTES`.
+    Linked(Link),
+    /// With a link's magic but shorter than a link: a write torn at the very start.
+    TornLink,
+    /// With a whole link that fails its checksum.
+    DamagedLink,
+}
+
+/// Read how the segment at `path` begins.
+pub(crate) fn read_start(disk: &dyn Storage, path: &Path) -> Result<Start> {
+    let file = disk
+        .open(path, false)
+        .ctx(|| format!("opening {}", path.display()))?;
+    start_of(&*file, path)
+}
+
+fn start_of(file: &dyn StorageFile, path: &Path) -> Result<Start> {
+    let len = file.len().ctx(|| format!("stat {}", path.display()))?;
+    let mut buf = [0u8; LINK_BYTES as usize];
+    let n = buf.len().min(len as usize);
+    file.read_exact_at(&mut buf[..n], 0)
+        .ctx(|| format!("reading {}", path.display()))?;
+    if n < LINK_MAGIC.len() || buf[..LINK_MAGIC.len()] != LINK_MAGIC {
+        // Shorter than a magic, a prefix of one is a torn link too.
+        if n > 0 && n < LINK_MAGIC.len() && buf[..n] == LINK_MAGIC[..n] {
+            return Ok(Start::TornLink);
+        }
+        return Ok(Start::Records);
+    }
+    if n < buf.len() {
+        return Ok(Start::TornLink);
+    }
+    let Ok(payload) = unseal(&buf, "segment link") else {
+        return Ok(Start::DamagedLink);
+    };
+    let mut r = Reader::new(&payload[LINK_MAGIC.len()..], "segment link");
+    Ok(Start::Linked(Link {
+        prev_id: r.u64()?,
+        prev_len: r.u64()?,
+    }))
+}
 
 /// Where a record lives inside its segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +165,18 @@ impl Segment {
         dir: &Path,
         id: u64,
     ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
-        Self::create_as(disk, dir, id, false)
+        Self::create_as(disk, dir, id, false, true)
+    }
+
+    /// `create` without the directory sync: for a roll, under the write lock. Its caller makes
+    /// the directory durable before anything in the segment is called durable or any manifest
+    /// lists it (`Inner::sync_journal_dir`), and writes the link first.
+    pub(crate) fn create_unlisted(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+    ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
+        Self::create_as(disk, dir, id, false, false)
     }
 
     /// Create a compaction output: written as `<id>.cseg`, renamed to `<id>.seg` once the manifest
@@ -101,7 +186,7 @@ impl Segment {
         dir: &Path,
         id: u64,
     ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
-        Self::create_as(disk, dir, id, true)
+        Self::create_as(disk, dir, id, true, true)
     }
 
     fn create_as(
@@ -109,6 +194,7 @@ impl Segment {
         dir: &Path,
         id: u64,
         output: bool,
+        durable_entry: bool,
     ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
         let path = seg_path(dir, id);
         let on_disk = if output {
@@ -119,7 +205,9 @@ impl Segment {
         let file = disk
             .create_new(&on_disk)
             .ctx(|| format!("creating journal segment {}", on_disk.display()))?;
-        sync_dir(&**disk, dir)?;
+        if durable_entry {
+            sync_dir(&**disk, dir)?;
+        }
         let seg = Segment {
             id,
             path,
@@ -255,6 +343,13 @@ impl Segment {
     /// Mark replaced: its files are removed when the last reference goes.
     pub(crate) fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
+    }
+
+    /// The file's length now.
+    pub(crate) fn file_len(&self) -> Result<u64> {
+        self.file
+            .len()
+            .ctx(|| format!("stat {}", self.path.display()))
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -563,6 +658,20 @@ pub(crate) fn scan(
         .open(path, false)
         .ctx(|| format!("opening {}", path.display()))?;
     let file_len = file.len().ctx(|| format!("stat {}", path.display()))?;
+    let start = match (start, start_of(&*file, path)?) {
+        (0, Start::Linked(_)) => LINK_BYTES,
+        (0, Start::TornLink) => {
+            return Ok(ScanEnd::TornTail {
+                offset: 0,
+                reason: "torn segment link".into(),
+            })
+        }
+        (0, Start::DamagedLink) => {
+            let reason = "segment link checksum mismatch".to_string();
+            return classify(&*file, 0, file_len, 0, MAX_RECORD_BYTES, reason);
+        }
+        (start, _) => start,
+    };
     let mut rd = WindowReader {
         file: &*file,
         pos: start,
@@ -680,7 +789,50 @@ fn classify(
 
 #[cfg(test)]
 mod tests {
-    use super::{index_lookup, IdxEntry};
+    use super::{encode_link, index_lookup, read_start, IdxEntry, Link, Start};
+    use crate::storage::{SimDisk, Storage};
+    use std::path::Path;
+
+    /// How a segment begins, for every way its first bytes can be: a record (or nothing), a
+    /// whole link, a link cut short, a link with a bad checksum.
+    #[test]
+    fn a_segment_start_is_read_as_records_a_link_or_a_torn_or_damaged_link() {
+        let link = Link {
+            prev_id: 7,
+            prev_len: 123_456,
+        };
+        let whole = encode_link(link);
+        let mut damaged = whole.clone();
+        damaged[12] ^= 1;
+        let mut record = Vec::new();
+        super::record::encode(
+            &mut record,
+            1,
+            super::record::Kind::Put,
+            0,
+            b"k",
+            b"",
+            &[],
+            b"v",
+        );
+        let mut linked_then_record = whole.clone();
+        linked_then_record.extend_from_slice(&record);
+        for (bytes, want) in [
+            (Vec::new(), Start::Records),
+            (record.clone(), Start::Records),
+            (whole.clone(), Start::Linked(link)),
+            (linked_then_record, Start::Linked(link)),
+            (whole[..3].to_vec(), Start::TornLink),
+            (whole[..8].to_vec(), Start::TornLink),
+            (whole[..whole.len() - 1].to_vec(), Start::TornLink),
+            (damaged, Start::DamagedLink),
+        ] {
+            let d = SimDisk::new();
+            let path = Path::new("/s.seg");
+            d.create(path).unwrap().append(&bytes).unwrap();
+            assert_eq!(read_start(&d, path).unwrap(), want, "{} bytes", bytes.len());
+        }
+    }
 
     fn idx(sqns: &[u64]) -> Vec<IdxEntry> {
         sqns.iter()

@@ -207,8 +207,10 @@ impl Inner {
     /// since they were written — a few keys, each overwritten many times, never fill it — could
     /// never reclaim anything. Flush the memtable if it holds records of a closed segment, then
     /// write manifest generations (same contents) until the oldest kept one has persisted them
-    /// too; the floor is that oldest generation's (see `protected_sqn`).
+    /// too; the floor is that oldest generation's (see `protected_sqn`). Segments rolls replaced
+    /// are closed first, here if the ledger worker has not yet done it.
     pub(super) fn checkpoint_closed_segments(&self) -> Result<()> {
+        self.finish_rolls()?;
         let Some(want) = self
             .journal
             .segments()

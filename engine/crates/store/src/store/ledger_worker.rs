@@ -40,6 +40,8 @@ impl Inner {
             };
             let step = if abandon {
                 break;
+            } else if !self.rolled.lock().is_empty() {
+                self.finish_rolls()
             } else if !self.mem.read().immutables.is_empty() {
                 self.flush_one()
             } else if shutdown {
@@ -203,6 +205,9 @@ impl Inner {
                 closed: s.is_closed(),
             })
             .collect();
+        // After reading the list: a segment a roll put in it may not have a durable directory
+        // entry yet, and recovery refuses a manifest whose listed segment is missing.
+        self.sync_journal_dir()?;
         let generation = ms.generation + 1;
         let m = Manifest {
             generation,

@@ -10,8 +10,8 @@
 //! - `shutdown`: close and the crash stand-in; `stats`: counters.
 //!
 //! Lock order: `crate::lock_order::Rank` lists the locks of `Inner` in order; a thread holding one
-//! takes only locks further down that list (compaction_lock, snapshots, write, journal_sync_gate,
-//! active_journal, aae, manifest, bg, mem, version, sync). The store's tests check every
+//! takes only locks further down that list (compaction_lock, snapshots, write, rolled,
+//! journal_sync_gate, journal_files, aae, manifest, journal_dir_due, bg, mem, version, sync). The store's tests check every
 //! acquisition against it (feature `lock-order-check`), so this comment cannot drift from the code.
 
 use std::collections::VecDeque;
@@ -116,6 +116,18 @@ struct WriteState {
     group_buf: Vec<u8>,
 }
 
+/// A segment a roll replaced, with the last SQN it holds, until it is closed.
+type RolledSegment = (Arc<Segment>, Sqn);
+
+/// What a sync of the journal must cover, as the last roll left it.
+struct JournalFiles {
+    active: Arc<dyn StorageFile>,
+    /// Files of segments rolls replaced whose tails are not yet synced, oldest first. Every sync
+    /// of the active file syncs these first (`Inner::sync_rolled`), so nothing in a newer segment
+    /// is called durable while an older one's tail may still be lost.
+    unsynced: Vec<Arc<dyn StorageFile>>,
+}
+
 struct ManifestState {
     generation: u64,
     /// Tables dropped from the version by manifest generation `g`; their files go once every kept
@@ -187,14 +199,23 @@ struct Inner {
     cfg: Config,
     journal: Arc<Journal>,
     write: Ranked<Mutex<WriteState>>,
-    /// The active segment's file, replaced on a roll. The syncer and the flush worker sync it
-    /// without the write lock, so they never wait behind writers (or behind close, which holds
-    /// that lock while it joins the worker).
-    active_journal: Ranked<Mutex<Arc<dyn StorageFile>>>,
-    /// Held across every fdatasync of the active segment (group commit, background sync, flush,
-    /// roll, close) together with its poisoning decision, so no sync can succeed over bytes an
-    /// earlier failed sync dropped before the store is marked poisoned.
+    /// The files a sync of the journal covers: the active segment's, replaced on a roll, and the
+    /// files of segments rolls replaced whose tails are not yet synced. The syncer and the flush
+    /// worker sync them without the write lock, so they never wait behind writers (or behind
+    /// close, which holds that lock while it joins the worker), and a roll swaps them without
+    /// waiting for a sync.
+    journal_files: Ranked<Mutex<JournalFiles>>,
+    /// Held across every fdatasync of the journal (group commit, background sync, flush, closing
+    /// a rolled-out segment, close) together with its poisoning decision, so no sync can succeed
+    /// over bytes an earlier failed sync dropped before the store is marked poisoned.
     journal_sync_gate: Ranked<Mutex<()>>,
+    /// Segments rolls replaced, oldest first, with the last SQN each holds, for the ledger worker
+    /// (or `close`) to close: sync, write the index, mark closed, write the manifest.
+    rolled: Ranked<Mutex<Vec<RolledSegment>>>,
+    /// The journal directory holds an entry (a rolled-in segment's) whose durability no
+    /// directory sync has covered yet. Synced before anything in that segment is called durable
+    /// and before a manifest that could list it is written.
+    journal_dir_due: Ranked<Mutex<bool>>,
     aae: Option<Ranked<Mutex<AaeState>>>,
     compaction_lock: Ranked<Mutex<()>>,
     /// Writes of the same key serialise on its stripe while the AAE tree is kept
@@ -601,8 +622,9 @@ mod tests {
         again.close().unwrap();
     }
 
-    /// A synced writer waits for the syncer; a later write's segment roll fsyncs the old segment
-    /// and so makes the waiting record durable too. The roll must wake it: the syncer, finding
+    /// A synced writer waits for the syncer; a later write's segment roll has the old segment
+    /// fsynced (by the ledger worker, which closes it) and so makes the waiting record durable
+    /// too. Whoever syncs it must wake the writer: the syncer, finding
     /// nothing requested beyond the mark, would not (it hung `fault_regressions` once in CI).
     #[test]
     fn a_roll_that_makes_a_waiting_synced_write_durable_wakes_it() {
@@ -628,7 +650,7 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        // The second record fills the segment: the roll fsyncs both.
+        // The second record fills the segment: closing it after the roll fsyncs both.
         let b = put(b"b");
         let deadline = Instant::now() + Duration::from_secs(5);
         while !(a.is_finished() && b.is_finished()) && Instant::now() < deadline {

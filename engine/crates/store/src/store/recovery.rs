@@ -139,21 +139,35 @@ impl Store {
         let mut empty_segments = Vec::new();
         let mut next_replay = persisted + 1;
         let mut gap: Option<(Sqn, Sqn)> = None;
-        let mut replay = |mem: &mut MemState, view: &RecordView<'_>| -> Result<()> {
-            if view.sqn != next_replay && gap.is_none() {
-                gap = Some((next_replay, view.sqn));
-            }
-            next_replay = view.sqn + 1;
-            let applied = Applied::from_record(view, cfg.max_value_bytes).map_err(|e| {
-                Error::Corruption(format!("replaying journal record sqn {}: {e}", view.sqn))
-            })?;
-            apply(&mem.active, &applied);
-            if mem.active.bytes() >= cfg.memtable_bytes {
-                let full = std::mem::take(&mut mem.active);
-                mem.immutables.push_back(full);
-            }
-            Ok(())
-        };
+        // A roll syncs the segment it replaced after the roll, outside the write lock, and
+        // nothing in a newer segment is called durable (acknowledged, or persisted by the ledger)
+        // before that sync. A power cut before it may take the old segment's tail while the
+        // kernel had written back records of the newer one. The newer segment's link says how
+        // long its predecessor was: when that segment is shorter now, the records after the hole
+        // were never acknowledged, and they are cut rather than reported as a gap. A missing
+        // predecessor, or a hole anywhere else, is still reported.
+        let mut lengths: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        let mut cutting = false;
+        // `Ok(false)`: the record lies after such a hole (`may_cut`) and is not replayed.
+        let mut replay =
+            |mem: &mut MemState, view: &RecordView<'_>, may_cut: bool| -> Result<bool> {
+                if view.sqn != next_replay {
+                    if may_cut {
+                        return Ok(false);
+                    }
+                    gap.get_or_insert((next_replay, view.sqn));
+                }
+                next_replay = view.sqn + 1;
+                let applied = Applied::from_record(view, cfg.max_value_bytes).map_err(|e| {
+                    Error::Corruption(format!("replaying journal record sqn {}: {e}", view.sqn))
+                })?;
+                apply(&mem.active, &applied);
+                if mem.active.bytes() >= cfg.memtable_bytes {
+                    let full = std::mem::take(&mut mem.active);
+                    mem.immutables.push_back(full);
+                }
+                Ok(true)
+            };
         for (i, &id) in ids.iter().enumerate() {
             let is_last = i + 1 == ids.len();
             let listed = m.segments.iter().find(|s| s.id == id);
@@ -184,23 +198,41 @@ impl Store {
                             e.sqn
                         ))
                     })?;
-                    replay(&mut mem, &view)?;
+                    // An index is written only after its segment was synced: a hole before it
+                    // is damage, never a cut.
+                    replay(&mut mem, &view, false)?;
                 }
                 seg
             } else {
                 let path = segment::seg_path(&journal_dir, id);
                 let mut entries: Vec<IdxEntry> = Vec::new();
                 let mut start = 0u64;
-                loop {
+                let may_cut = !listed_closed
+                    && match segment::read_start(&*disk, &path)? {
+                        segment::Start::Linked(l) => {
+                            lengths.get(&l.prev_id).is_some_and(|&len| len < l.prev_len)
+                        }
+                        _ => false,
+                    };
+                // Newer than a cut: all of it goes.
+                let mut cut_at: Option<u64> = cutting.then_some(0);
+                while cut_at.is_none() {
                     let before = entries.len();
                     let last = entries.last().map(|e| e.sqn).unwrap_or(0);
                     let end = segment::scan(&*disk, &path, start, last, |e, view| {
-                        entries.push(e);
-                        if view.sqn > persisted {
-                            replay(&mut mem, view)?;
+                        if cut_at.is_some() {
+                            return Ok(());
                         }
+                        if view.sqn > persisted && !replay(&mut mem, view, may_cut)? {
+                            cut_at = Some(e.offset);
+                            return Ok(());
+                        }
+                        entries.push(e);
                         Ok(())
                     })?;
+                    if cut_at.is_some() {
+                        break;
+                    }
                     if start > 0 {
                         // We skipped a damaged record: safe only if it was already in the ledger.
                         let next = entries.get(before).map(|e| e.sqn).unwrap_or(u64::MAX);
@@ -240,13 +272,7 @@ impl Store {
                                 "journal segment {}: torn tail at offset {offset} ({reason}); truncating",
                                 path.display()
                             );
-                            let f = disk
-                                .open(&path, true)
-                                .ctx(|| format!("opening {}", path.display()))?;
-                            f.set_len(offset)
-                                .ctx(|| format!("truncating {}", path.display()))?;
-                            f.sync_data()
-                                .ctx(|| format!("syncing {}", path.display()))?;
+                            truncate_durably(&*disk, &path, offset)?;
                             break;
                         }
                         ScanEnd::Corrupt {
@@ -262,6 +288,16 @@ impl Store {
                         }
                     }
                 }
+                if let Some(offset) = cut_at {
+                    cutting = true;
+                    log::warn!(
+                        "journal segment {}: records from offset {offset} come after the unsynced \
+                         tail of a segment a roll replaced, lost in a power cut; none of them was \
+                         acknowledged as durable, so they are cut",
+                        path.display()
+                    );
+                    truncate_durably(&*disk, &path, offset)?;
+                }
                 let has_records = !entries.is_empty();
                 let seg = Segment::open(&disk, &journal_dir, id, entries, false)?;
                 if has_records {
@@ -274,6 +310,8 @@ impl Store {
                 }
                 seg
             };
+            // What is left of it (after any torn tail was cut), for the link of the next one.
+            lengths.insert(id, seg.file_len()?);
             if let Some(last) = seg.last_sqn() {
                 max_sqn = max_sqn.max(last);
                 segments.push(seg);
@@ -301,7 +339,13 @@ impl Store {
             size: 0,
             records: 0,
         };
-        let active_journal = Ranked::mutex(Rank::ActiveJournal, writer.file.clone());
+        let journal_files = Ranked::mutex(
+            Rank::JournalFiles,
+            JournalFiles {
+                active: writer.file.clone(),
+                unsynced: Vec::new(),
+            },
+        );
 
         let persisted_floor = manifest::persisted_floor(&*disk, &dir)?;
         let inner = Arc::new_cyclic(|me| Inner {
@@ -312,8 +356,10 @@ impl Store {
             dir,
             ledger_dir,
             journal,
-            active_journal,
+            journal_files,
             journal_sync_gate: Ranked::mutex(Rank::JournalSyncGate, ()),
+            rolled: Ranked::mutex(Rank::RolledSegments, Vec::new()),
+            journal_dir_due: Ranked::mutex(Rank::JournalDir, false),
             aae: (cfg.aae_segments > 0).then(|| {
                 Ranked::mutex(
                     Rank::Aae,
@@ -416,6 +462,16 @@ impl Store {
             lock: Mutex::new(Some(lock)),
         })
     }
+}
+
+/// Cut the segment at `path` to `len` bytes and make that durable.
+fn truncate_durably(disk: &dyn crate::storage::Storage, path: &Path, len: u64) -> Result<()> {
+    let f = disk
+        .open(path, true)
+        .ctx(|| format!("opening {}", path.display()))?;
+    f.set_len(len)
+        .ctx(|| format!("truncating {}", path.display()))?;
+    f.sync_data().ctx(|| format!("syncing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -37,8 +37,10 @@ impl Store {
             let failed = i.sync.lock().failed.clone();
             let synced = match failed {
                 Some(f) => Err(Error::Poisoned(f)),
-                None => JournalWriter::sync(&*w.journal.file).map_err(|e| {
-                    i.poison_journal(format!("journal fdatasync at close failed: {e}"))
+                None => i.sync_rolled().and_then(|_| {
+                    JournalWriter::sync(&*w.journal.file).map_err(|e| {
+                        i.poison_journal(format!("journal fdatasync at close failed: {e}"))
+                    })
                 }),
             };
             drop(gate);
@@ -57,6 +59,9 @@ impl Store {
             if let Some(e) = &i.bg.lock().error {
                 return Err(Error::Poisoned(e.clone()));
             }
+            // Segments rolled out since the worker last looked (it has stopped): their index
+            // now, so the next open need not scan them.
+            i.finish_rolls()?;
             if w.journal.records > 0 {
                 w.journal.seg.close(&i.journal.dir)?;
             }

@@ -30,7 +30,8 @@ pub struct Stats {
     pub journal_fsyncs: u64,
     /// Time spent in journal fdatasync calls.
     pub journal_fsync_seconds: f64,
-    /// Segment rolls (sync of the old segment, its index, the new file) under the write lock.
+    /// Segment rolls under the write lock (the new file's creation; the old segment's sync and
+    /// index follow on the ledger worker).
     pub journal_roll_seconds: f64,
     /// Longest single roll: writers wait this long behind it.
     pub max_journal_roll_seconds: f64,

@@ -410,36 +410,41 @@ impl Inner {
                 self.cfg.journal_segment_records,
             ) {
                 let id = w.next_segment_id;
-                // The write itself is in; a failed roll leaves the old segment active.
+                // The write itself is in; a failed roll leaves the old segment active. Only the
+                // new file's creation and its link happen here, without waiting for a sync in
+                // progress: the old segment's fdatasync, its index and the manifest (seven syncs,
+                // 20-400 ms on a busy disk, during which every writer waited) follow outside the
+                // write lock.
                 let t = Instant::now();
-                let rolled = {
-                    let _gate = self.journal_sync_gate.lock();
-                    match self.sync.lock().failed.clone() {
-                        Some(f) => Err(Error::Poisoned(f)),
-                        None => w.journal.roll(&self.disk, &self.journal.dir, id),
-                    }
+                let failed = self.sync.lock().failed.clone();
+                let rolled = match failed {
+                    Some(f) => Err(Error::Poisoned(f)),
+                    None => w.journal.roll(&self.disk, &self.journal.dir, id),
                 };
-                let n = t.elapsed().as_nanos() as u64;
-                self.c.roll_nanos.fetch_add(n, Ordering::Relaxed);
-                self.c.max_roll_nanos.fetch_max(n, Ordering::Relaxed);
                 w.unsynced_bytes = 0;
                 match rolled {
-                    Ok(seg) => {
+                    Ok(old) => {
                         w.next_segment_id += 1;
-                        *self.active_journal.lock() = w.journal.file.clone();
-                        self.journal.push(seg);
-                        // The old segment was fsynced by the roll: everything up to `sqn` is durable.
-                        self.mark_synced(sqn);
-                        if let Err(e) = self.write_manifest(Vec::new()) {
-                            log::error!("writing the manifest after a journal roll: {e}");
+                        // Before a sync can find the new file: it syncs the directory too.
+                        *self.journal_dir_due.lock() = true;
+                        {
+                            let mut files = self.journal_files.lock();
+                            files.unsynced.push(old.file);
+                            files.active = w.journal.file.clone();
                         }
+                        self.journal.push(w.journal.seg.clone());
+                        self.rolled.lock().push((old.seg, sqn));
+                        self.wake_worker(&mut self.bg.lock());
                     }
-                    // The old segment may be closed with a stale index, or its tail not durable:
-                    // no later write may go anywhere until a reopen recovers from the disk.
+                    // No new segment (or no link in it): the old one stays active, but a disk
+                    // that refuses a new file is not one to retry on every write.
                     Err(e) => {
                         self.poison_journal(format!("rolling the journal segment failed: {e}"));
                     }
                 }
+                let n = t.elapsed().as_nanos() as u64;
+                self.c.roll_nanos.fetch_add(n, Ordering::Relaxed);
+                self.c.max_roll_nanos.fetch_max(n, Ordering::Relaxed);
             }
             if self.cfg.sync_on_write == SyncMode::None && self.cfg.journal_bytes_per_sync > 0 {
                 w.unsynced_bytes += len as u64;
@@ -628,8 +633,8 @@ impl Inner {
     }
 
     /// Make every journal record up to `sqn` durable: nothing to do when a group commit, the
-    /// background syncer or a roll already covered it; otherwise one fdatasync of the active
-    /// segment (closed segments were synced when they rolled).
+    /// background syncer or a finished roll already covered it; otherwise an fdatasync of the
+    /// active segment (after those of rolled-out segments not yet synced).
     pub(super) fn journal_durable_through(&self, sqn: Sqn) -> Result<()> {
         {
             let s = self.sync.lock();
@@ -657,16 +662,14 @@ impl Inner {
         self.sync_beacon.raise();
     }
 
-    /// fdatasync the active segment and return the SQN it made durable. Needs no write lock:
-    /// every record up to `last_sqn` (read first) was appended before that store, so it is in a
-    /// closed segment (synced by its roll) or in the file active when we look next.
+    /// fdatasync the active segment, after the rolled-out ones not yet synced, and return the SQN
+    /// it made durable. Needs no write lock (see `sync_rolled`).
     pub(super) fn sync_active_journal(&self) -> Result<Sqn> {
         let _gate = self.journal_sync_gate.lock();
         if let Some(f) = &self.sync.lock().failed {
             return Err(Error::Poisoned(f.clone()));
         }
-        let target = self.last_sqn.load(Ordering::Acquire);
-        let file = self.active_journal.lock().clone();
+        let (target, file) = self.sync_rolled()?;
         let t = Instant::now();
         if let Err(e) = JournalWriter::sync(&*file) {
             return Err(self.poison_journal(format!("journal fdatasync failed: {e}")));
@@ -676,5 +679,94 @@ impl Inner {
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
         Ok(target)
+    }
+
+    /// fdatasync the files rolls replaced whose tails are not yet synced, oldest first, then the
+    /// journal directory that holds the new segments' entries. The caller holds the gate and has
+    /// checked the store is not poisoned. Returns `last_sqn` and the active file as they were
+    /// together: every record up to that SQN is in a file synced here or in that one. A failure
+    /// poisons the store: the lost tail may hold writes a later sync would otherwise seem to cover.
+    pub(super) fn sync_rolled(&self) -> Result<(Sqn, Arc<dyn StorageFile>)> {
+        // `last_sqn` is raised after the append and before a roll swaps the files, all under the
+        // write lock: read under the files' lock, it is in one of the files read with it.
+        let (target, unsynced, active) = {
+            let files = self.journal_files.lock();
+            (
+                self.last_sqn.load(Ordering::Acquire),
+                files.unsynced.clone(),
+                files.active.clone(),
+            )
+        };
+        for file in &unsynced {
+            let t = Instant::now();
+            if let Err(e) = JournalWriter::sync(&**file) {
+                return Err(self.poison_journal(format!(
+                    "fdatasync of a rolled-out journal segment failed: {e}"
+                )));
+            }
+            self.c
+                .fsync_nanos
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        if !unsynced.is_empty() {
+            // Only syncs (behind the gate) take from the front; rolls add at the back.
+            self.journal_files.lock().unsynced.drain(..unsynced.len());
+        }
+        self.sync_journal_dir().map_err(|e| {
+            self.poison_journal(format!("syncing the journal directory failed: {e}"))
+        })?;
+        Ok((target, active))
+    }
+
+    /// Make the journal directory durable if a roll created a file in it since it last was.
+    pub(super) fn sync_journal_dir(&self) -> Result<()> {
+        let mut due = self.journal_dir_due.lock();
+        if *due {
+            sync_dir(&*self.disk, &self.journal.dir)?;
+            *due = false;
+        }
+        Ok(())
+    }
+
+    /// Close the segments rolls replaced (on the ledger worker, or at `close`): make their tails
+    /// durable unless a sync of the journal already did, write each one's index, mark it closed
+    /// (journal compaction takes it from then on) and write a manifest that says so, unless the
+    /// store is closed, whose own manifest follows. Until then a crash finds the segment without
+    /// an index and scans it. `Ok(false)` when there was none. A failure leaves the store
+    /// poisoned, as a failed roll did when all this ran under the write lock.
+    pub(super) fn finish_rolls(&self) -> Result<bool> {
+        let mut rolled = self.rolled.lock();
+        let Some(&(_, through)) = rolled.last() else {
+            return Ok(false);
+        };
+        {
+            let _gate = self.journal_sync_gate.lock();
+            let failed = self.sync.lock().failed.clone();
+            if let Some(f) = failed {
+                rolled.clear();
+                return Err(Error::Poisoned(f));
+            }
+            if let Err(e) = self.sync_rolled() {
+                rolled.clear();
+                return Err(e);
+            }
+        }
+        // Every record up to the last rolled-out segment's is in a synced segment now: a writer
+        // waiting for one of them may go (the syncer, seeing nothing requested beyond the mark,
+        // would not wake it).
+        self.mark_synced(through);
+        for (seg, _) in rolled.drain(..) {
+            if let Err(e) = seg.close(&self.journal.dir) {
+                return Err(self.poison_journal(format!(
+                    "writing the index of journal segment {} failed: {e}",
+                    seg.id
+                )));
+            }
+        }
+        if !self.closed.load(Ordering::Acquire) {
+            self.write_manifest(Vec::new())?;
+        }
+        Ok(true)
     }
 }

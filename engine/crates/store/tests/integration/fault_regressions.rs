@@ -111,6 +111,21 @@ fn compacting(c: Config) -> Config {
     }
 }
 
+/// Stop a shared store as a crash would (no other holder may be left).
+fn crash(s: Arc<Store>) {
+    Arc::try_unwrap(s)
+        .expect("no other holder")
+        .simulate_crash();
+}
+
+/// Put `k<i>` = "v" for each `i` of `keys`.
+fn put_each(s: &Store, keys: std::ops::Range<u32>) {
+    for i in keys {
+        s.put(b"b", format!("k{i}").as_bytes(), b"v", b"", &[])
+            .unwrap();
+    }
+}
+
 fn value(s: &Store, key: &str) -> Option<Vec<u8>> {
     s.get(b"b", key.as_bytes()).unwrap().map(|o| o.value)
 }
@@ -403,6 +418,157 @@ fn close_waits_for_the_reaper_to_remove_what_the_store_replaced() {
         left.is_empty(),
         "replaced segments left after close: {left:?}"
     );
+}
+
+/// A journal roll syncs the old segment and creates the new file under the write lock; the old
+/// segment's index (a write, an fdatasync, a rename, a directory sync) and the manifest follow on
+/// the ledger worker, so writers go on into the new segment meanwhile. Their acknowledged writes
+/// survive a power cut before the worker is done: the new file's directory entry is made durable
+/// before anything in it is called durable, and recovery scans a segment that has no index.
+#[test]
+fn writers_go_on_while_a_rolled_segment_is_closed_and_a_power_cut_then_loses_nothing() {
+    let disk = SimDisk::new();
+    let c = cfg(SyncMode::Sync); // 10 records per segment
+    let s = Arc::new(open(&disk, &c).unwrap());
+    let key = |i: u32| format!("k{i}").into_bytes();
+    put_each(&s, 0..9);
+    // Closing the old segment renames its index file into place (then syncs the directory):
+    // hold whichever thread does that (the one that rolls, or the worker it hands the segment
+    // to) at the rename.
+    let (paused_tx, paused) = mpsc::channel();
+    let (resume, resume_rx) = mpsc::channel::<()>();
+    let resume_rx = Mutex::new(resume_rx);
+    let once = AtomicBool::new(false);
+    disk.set_hook(Some(Arc::new(move |op| {
+        let name = std::thread::current().name().map(str::to_owned);
+        if op == SimOp::Rename
+            && matches!(name.as_deref(), Some("roller" | "levee-ledger"))
+            && !once.swap(true, Ordering::SeqCst)
+        {
+            paused_tx.send(()).unwrap();
+            resume_rx.lock().unwrap().recv().unwrap();
+        }
+    })));
+    let roller = {
+        let s = s.clone();
+        spawn_named("roller", move || s.put(b"b", &key(9), b"v", b"", &[]))
+    };
+    paused.recv().unwrap();
+    let others = {
+        let s = s.clone();
+        spawn_named("other", move || {
+            for i in 10..15 {
+                s.put(b"b", &key(i), b"v", b"", &[]).unwrap();
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !others.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let went_on = others.is_finished();
+    // The power fails while the old segment has no index and no manifest lists the new one.
+    let survived = disk.power_cut(5, false);
+    resume.send(()).unwrap();
+    let roller = roller.join().unwrap();
+    let others = others.join();
+    assert!(
+        went_on,
+        "other writers waited while the rolled-out segment was being closed"
+    );
+    others.unwrap();
+    assert!(roller.is_ok(), "the roller's own write was acknowledged");
+    crash(s);
+    let s = open(&survived, &c).unwrap();
+    for i in 0..15 {
+        assert_eq!(
+            s.get(b"b", &key(i)).unwrap().map(|o| o.value),
+            Some(b"v".to_vec()),
+            "acknowledged write k{i} lost"
+        );
+    }
+    s.close().unwrap();
+}
+
+/// The roll leaves the old segment's fdatasync to the ledger worker, so a power cut can take that
+/// segment's unsynced tail while the kernel had already written back the records after it, in the
+/// new segment. None of those was acknowledged as durable (every sync of the new segment syncs
+/// the old one first): recovery cuts them, by the new segment's link to its predecessor, instead
+/// of refusing to open over a gap, and they stay cut after a later reopen.
+#[test]
+fn records_after_a_rolled_segments_lost_tail_are_cut_not_reported_as_a_gap() {
+    let disk = SimDisk::new();
+    let c = cfg(SyncMode::None); // 10 records per segment
+    let s = Arc::new(open(&disk, &c).unwrap());
+    let key = |i: u32| format!("k{i}").into_bytes();
+    put_each(&s, 0..5);
+    s.flush().unwrap(); // k0..k4 durable and in the ledger
+    put_each(&s, 5..9);
+    // The worker's first sync after this is the rolled-out segment's: hold it there.
+    let pause = pause_thread_at(&disk, "levee-ledger", SimOp::Sync);
+    s.put(b"b", &key(9), b"v", b"", &[]).unwrap(); // fills segment 1: the roll
+    pause.paused.recv().unwrap();
+    put_each(&s, 10..15);
+    // Writeback reaches the new segment (and its directory entry) but not the old one's tail.
+    let newest = disk
+        .list_files()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".seg"))
+        .max()
+        .unwrap();
+    disk.open(&newest, true).unwrap().sync_data().unwrap();
+    disk.sync_dir(newest.parent().unwrap()).unwrap();
+    let survived = disk.power_cut(1, false);
+    pause.resume.send(()).unwrap();
+    disk.set_hook(None);
+    crash(s);
+
+    let s = open(&survived, &c).expect("recovery cuts what followed the lost tail");
+    for i in 0..15 {
+        let want = (i < 5).then(|| b"v".to_vec());
+        assert_eq!(value(&s, &format!("k{i}")), want, "k{i}");
+    }
+    s.put(b"b", &key(5), b"again", b"", &[]).unwrap();
+    s.close().unwrap();
+    let s = open(&survived, &c).unwrap();
+    assert_eq!(value(&s, "k5"), Some(b"again".to_vec()));
+    for i in 6..15 {
+        assert_eq!(value(&s, &format!("k{i}")), None, "k{i} came back");
+    }
+    s.close().unwrap();
+}
+
+/// With the ledger worker busy elsewhere, the syncer is the first to sync after a roll: it must
+/// sync the segment the roll replaced (whose tail holds the rolling write) and the directory entry
+/// of the new one before it calls anything durable.
+#[test]
+fn a_sync_after_a_roll_first_syncs_the_segment_the_roll_replaced() {
+    let disk = SimDisk::new();
+    let c = cfg(SyncMode::Sync); // 10 records per segment
+    let s = Arc::new(open(&disk, &c).unwrap());
+    put_each(&s, 0..9);
+    // Hold the worker in a flush, at its new table's creation (no journal lock held there).
+    let pause = pause_thread_at(&disk, "levee-ledger", SimOp::Create);
+    let flusher = {
+        let s = s.clone();
+        spawn_named("flusher", move || s.flush())
+    };
+    pause.paused.recv().unwrap();
+    put_each(&s, 9..13); // k9 fills segment 1: the roll
+    let survived = disk.power_cut(2, false);
+    pause.resume.send(()).unwrap();
+    let _ = flusher.join().unwrap();
+    disk.set_hook(None);
+    crash(s);
+    let s = open(&survived, &c).unwrap();
+    for i in 0..13 {
+        assert_eq!(
+            value(&s, &format!("k{i}")),
+            Some(b"v".to_vec()),
+            "acknowledged k{i} lost"
+        );
+    }
+    s.close().unwrap();
 }
 
 /// Bug 8: an expired snapshot released its view but not the fold iterators made from it, which

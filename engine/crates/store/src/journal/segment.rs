@@ -658,19 +658,24 @@ pub(crate) fn scan(
         .open(path, false)
         .ctx(|| format!("opening {}", path.display()))?;
     let file_len = file.len().ctx(|| format!("stat {}", path.display()))?;
-    let start = match (start, start_of(&*file, path)?) {
-        (0, Start::Linked(_)) => LINK_BYTES,
-        (0, Start::TornLink) => {
-            return Ok(ScanEnd::TornTail {
-                offset: 0,
-                reason: "torn segment link".into(),
-            })
+    // A scan resumed past a damaged record (`start > 0`) is past any link already.
+    let start = if start > 0 {
+        start
+    } else {
+        match start_of(&*file, path)? {
+            Start::Records => 0,
+            Start::Linked(_) => LINK_BYTES,
+            Start::TornLink => {
+                return Ok(ScanEnd::TornTail {
+                    offset: 0,
+                    reason: "torn segment link".into(),
+                })
+            }
+            Start::DamagedLink => {
+                let reason = "segment link checksum mismatch".to_string();
+                return classify(&*file, 0, file_len, 0, MAX_RECORD_BYTES, reason);
+            }
         }
-        (0, Start::DamagedLink) => {
-            let reason = "segment link checksum mismatch".to_string();
-            return classify(&*file, 0, file_len, 0, MAX_RECORD_BYTES, reason);
-        }
-        (start, _) => start,
     };
     let mut rd = WindowReader {
         file: &*file,

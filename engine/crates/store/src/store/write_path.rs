@@ -670,15 +670,22 @@ impl Inner {
             return Err(Error::Poisoned(f.clone()));
         }
         let (target, file) = self.sync_rolled()?;
+        self.sync_journal_file(&*file, "journal fdatasync")?;
+        Ok(target)
+    }
+
+    /// fdatasync one journal file, counted in the stats; a failure poisons the store (`what`
+    /// names the sync in the error).
+    fn sync_journal_file(&self, file: &dyn StorageFile, what: &str) -> Result<()> {
         let t = Instant::now();
-        if let Err(e) = JournalWriter::sync(&*file) {
-            return Err(self.poison_journal(format!("journal fdatasync failed: {e}")));
+        if let Err(e) = JournalWriter::sync(file) {
+            return Err(self.poison_journal(format!("{what} failed: {e}")));
         }
         self.c
             .fsync_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
-        Ok(target)
+        Ok(())
     }
 
     /// fdatasync the files rolls replaced whose tails are not yet synced, oldest first, then the
@@ -698,16 +705,7 @@ impl Inner {
             )
         };
         for file in &unsynced {
-            let t = Instant::now();
-            if let Err(e) = JournalWriter::sync(&**file) {
-                return Err(self.poison_journal(format!(
-                    "fdatasync of a rolled-out journal segment failed: {e}"
-                )));
-            }
-            self.c
-                .fsync_nanos
-                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.sync_journal_file(&**file, "fdatasync of a rolled-out journal segment")?;
         }
         if !unsynced.is_empty() {
             // Only syncs (behind the gate) take from the front; rolls add at the back.
@@ -740,17 +738,17 @@ impl Inner {
         let Some(&(_, through)) = rolled.last() else {
             return Ok(false);
         };
-        {
+        let synced = {
             let _gate = self.journal_sync_gate.lock();
             let failed = self.sync.lock().failed.clone();
-            if let Some(f) = failed {
-                rolled.clear();
-                return Err(Error::Poisoned(f));
+            match failed {
+                Some(f) => Err(Error::Poisoned(f)),
+                None => self.sync_rolled().map(|_| ()),
             }
-            if let Err(e) = self.sync_rolled() {
-                rolled.clear();
-                return Err(e);
-            }
+        };
+        if let Err(e) = synced {
+            rolled.clear();
+            return Err(e);
         }
         // Every record up to the last rolled-out segment's is in a synced segment now: a writer
         // waiting for one of them may go (the syncer, seeing nothing requested beyond the mark,

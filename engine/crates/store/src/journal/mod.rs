@@ -174,15 +174,75 @@ pub(crate) fn find(segs: &[Arc<Segment>], sqn: u64) -> Result<Option<(Arc<Segmen
     Ok(None)
 }
 
+/// How much of the active segment's file [`JournalWriter::reserve_ahead`] reserves at a time.
+pub(crate) const RESERVE_CHUNK: u64 = 16 << 20;
+
 /// The append side: the active segment and its write handle. Owned by the store's write lock.
 pub(crate) struct JournalWriter {
     pub seg: Arc<Segment>,
     pub file: Arc<dyn StorageFile>,
     pub size: u64,
     pub records: u64,
+    /// The file's blocks are reserved up to this offset (`reserve_ahead`; 0: none).
+    reserved: u64,
+    /// Reserving failed for this file: appends allocate as they write.
+    reserve_off: bool,
 }
 
 impl JournalWriter {
+    /// A writer appending to the empty `seg` through `file`.
+    pub(crate) fn new(seg: Arc<Segment>, file: Arc<dyn StorageFile>) -> JournalWriter {
+        JournalWriter {
+            seg,
+            file,
+            size: 0,
+            records: 0,
+            reserved: 0,
+            reserve_off: false,
+        }
+    }
+
+    /// Before appending `incoming` bytes: when less than half a [`RESERVE_CHUNK`] of reserved
+    /// space would be left past them, reserve the next chunk of the file, never past `limit` (the
+    /// size at which the segment rolls, so a rolled segment keeps nothing reserved).
+    ///
+    /// An append into blocks not yet allocated makes ext4 reserve them under the inode's
+    /// block-map lock, which writeback (a journal sync) and the conversion of written extents
+    /// also take; the leader of a group of writes waited there up to 22 ms with the write lock
+    /// held (docs/benchmarks.md, "Where levee's window maxima come from"). Into reserved blocks it
+    /// does not. Best effort: when reserving fails (a filesystem without `fallocate`, a full
+    /// disk), this file's appends allocate as they write, as before.
+    pub(crate) fn reserve_ahead(&mut self, incoming: u64, limit: u64) {
+        let end = self.size + incoming;
+        if self.reserve_off || end + RESERVE_CHUNK / 2 <= self.reserved {
+            return;
+        }
+        let from = self.reserved.max(self.size);
+        let to = (from + RESERVE_CHUNK).min(limit);
+        if to <= from {
+            return;
+        }
+        match self.file.reserve(from, to - from) {
+            Ok(()) => self.reserved = to,
+            Err(_) => self.reserve_off = true,
+        }
+    }
+
+    /// Give back the space reserved past the end of the file (a closing store's active
+    /// segment). Only the reservation goes: the file keeps its length.
+    pub(crate) fn release_reserved(&mut self) -> Result<()> {
+        if self.reserved > self.size {
+            self.file.set_len(self.size).ctx(|| {
+                format!(
+                    "releasing the space reserved in journal segment {}",
+                    self.seg.id
+                )
+            })?;
+        }
+        self.reserved = 0;
+        Ok(())
+    }
+
     /// Append several encoded records at once (`bytes` is each of `records`' (SQN, length) in
     /// order, back to back) with one write. On failure the segment is cut back to its previous
     /// end: none of them is in it.
@@ -193,6 +253,7 @@ impl JournalWriter {
         );
         if let Err(e) = self.file.append(bytes) {
             let cut = self.file.set_len(self.size);
+            self.reserved = 0; // the cut gives the reservation back too
             let (first, last) = (
                 records.first().map_or(0, |r| r.0),
                 records.last().map_or(0, |r| r.0),
@@ -258,6 +319,8 @@ impl JournalWriter {
         };
         self.size = link.len() as u64;
         self.records = 0;
+        self.reserved = 0;
+        self.reserve_off = false;
         Ok(out)
     }
 }

@@ -883,12 +883,7 @@ mod tests {
         let dir = std::path::Path::new("/j");
         disk.create_dir_all(dir).unwrap();
         let (seg, file) = Segment::create(&disk, dir, 1).unwrap();
-        let mut w = JournalWriter {
-            seg: seg.clone(),
-            file,
-            size: 0,
-            records: 0,
-        };
+        let mut w = JournalWriter::new(seg.clone(), file);
         let sizes: Vec<usize> = (0..300)
             .map(|i| match i % 7 {
                 0 => 1,

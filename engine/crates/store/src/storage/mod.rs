@@ -37,6 +37,13 @@ pub trait StorageFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// Reserve the blocks of `[offset, offset + len)` without changing the file's length, so
+    /// appends there need no block allocation. Appends and reads see nothing of it; `set_len` to
+    /// the current length gives back what was reserved past the end. The default reserves
+    /// nothing (the simulated disk has no blocks to allocate).
+    fn reserve(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 
     /// Fill `buf` from `offset`; `UnexpectedEof` if the file is shorter.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -140,6 +147,20 @@ impl StorageFile for RealFile {
     }
     fn len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
+    }
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len))
+        else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        // SAFETY: a plain system call on a descriptor this value owns; no memory is passed.
+        let r =
+            unsafe { libc::fallocate(self.0.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if nowait::active() {

@@ -273,12 +273,7 @@ impl Inner {
                 w.next_segment_id - 1
             };
             let (seg, file) = Segment::create_output(&self.disk, &dir, id)?;
-            Ok(JournalWriter {
-                seg,
-                file,
-                size: 0,
-                records: 0,
-            })
+            Ok(JournalWriter::new(seg, file))
         };
         // Paced by bytes moved and by the share of the time it works; both off by default.
         let mut pacer = Pacer::with_burst(

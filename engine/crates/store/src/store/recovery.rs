@@ -302,9 +302,14 @@ impl Store {
                 let seg = Segment::open(&disk, &journal_dir, id, entries, false)?;
                 if has_records {
                     // What the scan found may be only in the page cache (a process crash): make
-                    // it durable before anything (a flush, a compaction) relies on it.
+                    // it durable before anything (a flush, a compaction) relies on it. The
+                    // space the crashed writer had reserved past its end goes back (setting the
+                    // length it has).
                     disk.open(&path, true)
-                        .and_then(|f| f.sync_data())
+                        .and_then(|f| {
+                            f.set_len(f.len()?)?;
+                            f.sync_data()
+                        })
                         .ctx(|| format!("syncing {}", path.display()))?;
                     seg.close(&journal_dir)?;
                 }
@@ -333,12 +338,7 @@ impl Store {
         segments.push(active_seg.clone());
         sync_dir(&*disk, &journal_dir)?;
         let journal = Arc::new(Journal::new(journal_dir, segments, cfg.max_value_bytes));
-        let writer = JournalWriter {
-            seg: active_seg,
-            file,
-            size: 0,
-            records: 0,
-        };
+        let writer = JournalWriter::new(active_seg, file);
         let journal_files = Ranked::mutex(
             Rank::JournalFiles,
             JournalFiles {

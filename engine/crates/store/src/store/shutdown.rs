@@ -29,7 +29,7 @@ impl Store {
         // records durable all the same.
         self.stop_syncer();
         let result = (|| -> Result<()> {
-            let w = i.write.lock();
+            let mut w = i.write.lock();
             // The journal first, so the final memtable flush finds every record it persists
             // durable. A journal poisoned by a failed sync or roll is never synced again and the
             // memtable is not flushed: the next open replays what the disk really holds.
@@ -45,6 +45,8 @@ impl Store {
             };
             drop(gate);
             if synced.is_ok() {
+                // Best effort: space left reserved is only space, and goes with the segment.
+                let _ = w.journal.release_reserved();
                 i.mark_synced(w.next_sqn - 1);
                 i.rotate_memtable();
             }

@@ -344,6 +344,9 @@ impl Inner {
             record::seal(&mut job.buf, sqn);
             records.push((sqn, job.buf.len() as u32));
         }
+        let incoming: usize = jobs.iter().map(|j| j.buf.len()).sum();
+        w.journal
+            .reserve_ahead(incoming as u64, self.cfg.journal_segment_bytes);
         let appended = if let [job] = &*jobs {
             w.journal.append(first, &job.buf)
         } else {
@@ -364,7 +367,7 @@ impl Inner {
             }
             return Err(e);
         }
-        let len: usize = jobs.iter().map(|j| j.buf.len()).sum();
+        let len = incoming;
         let sqn = first + jobs.len() as u64 - 1;
         w.next_sqn = sqn + 1;
         if let Some(aae) = &self.aae {

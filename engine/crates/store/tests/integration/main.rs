@@ -13,6 +13,7 @@ mod features;
 mod format_fixture;
 mod idle_threads;
 mod io_faults;
+mod journal_reserve;
 mod lazy_journal_index;
 mod model;
 mod reads_without_waiting;

@@ -2,7 +2,8 @@
 //! (a ledger read); once the `GetTracker` decides, each winning value is fetched from one replica
 //! that holds it (shortest queue first). The answer does not wait for the slower replicas: a
 //! background task collects their HEADs and then repairs every replica that answered with less
-//! than the merge (read repair).
+//! than the merge (read repair). A GET with a single replica reads its object once instead: the
+//! HEAD would only repeat the object's sibling set.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -104,7 +105,44 @@ impl Coordinator {
         let roles = ReplicaRole::of_targets(&plan.targets);
         let mut tracker = GetTracker::new(quorum, props.conflict, &roles);
         let mut heads = Heads::new();
-        for (i, t) in targets.iter().enumerate() {
+        let mut fetched = Fetched::new();
+        let one_read = r.values && targets.len() == 1;
+        if one_read {
+            // One replica: its HEAD would be the sibling set of the object its GET returns, so
+            // the object is read once (one engine read, or one RPC, where HEAD-then-GET made two)
+            // and `fetch` finds the values in `fetched`. Past the deadline nothing is pushed and
+            // the tracker expires.
+            let t = &targets[0];
+            let got = self.get_replica(&plan.view, t, r.bucket.clone(), r.key.clone(), deadline);
+            if let Ok(got) = tokio::time::timeout_at(deadline.into(), got).await {
+                let message = match got {
+                    Ok(s) => {
+                        let (reply, sqn) = if s.object.siblings.is_empty() {
+                            (HeadReply::NotFound, 0)
+                        } else {
+                            let siblings = s.object.siblings.clone();
+                            let queue_len = 0; // one source: nothing to choose by
+                            (
+                                HeadReply::Found {
+                                    siblings,
+                                    queue_len,
+                                },
+                                s.sqn,
+                            )
+                        };
+                        fetched.insert(0, s);
+                        (0, reply, sqn, None)
+                    }
+                    Err(s) => {
+                        log::debug!("GET of {} p{} failed: {s}", t.node, t.partition);
+                        (0, HeadReply::Failed(failure_of(&s)), 0, Some(s))
+                    }
+                };
+                heads.push(Box::pin(std::future::ready(message)));
+            }
+        }
+        let to_head = if one_read { &[][..] } else { &targets[..] };
+        for (i, t) in to_head.iter().enumerate() {
             let (me, view, t) = (self.clone(), plan.view.clone(), t.clone());
             let (b, k) = (r.bucket.clone(), r.key.clone());
             heads.push(Box::pin(async move {
@@ -141,7 +179,6 @@ impl Coordinator {
                 Ok(None) | Err(_) => tracker.expire(),
             };
         }
-        let mut fetched = Fetched::new();
         let outcome = match decision {
             GetDecision::Failed(e) => {
                 return Err(super::put::quorum_status(&e, overload.0.as_ref()));

@@ -70,6 +70,19 @@ type Heads =
 /// Replica objects fetched during a read, by target index.
 type Fetched = HashMap<usize, Stored>;
 
+/// Target `i`'s answer as a HEAD: its sibling set (none: not found), queue length and sequence
+/// number.
+fn head_message(i: usize, siblings: SiblingSet, queue_len: u32, sqn: u64) -> HeadMessage {
+    if siblings.is_empty() {
+        return (i, HeadReply::NotFound, 0, None);
+    }
+    let reply = HeadReply::Found {
+        siblings,
+        queue_len,
+    };
+    (i, reply, sqn, None)
+}
+
 impl Coordinator {
     /// A read. When a value the HEADs agreed on is gone by the time it is fetched (a write
     /// replaced it in between), the read starts again from the HEADs, up to `READ_ATTEMPTS`
@@ -117,21 +130,10 @@ impl Coordinator {
             if let Ok(got) = tokio::time::timeout_at(deadline.into(), got).await {
                 let message = match got {
                     Ok(s) => {
-                        let (reply, sqn) = if s.object.siblings.is_empty() {
-                            (HeadReply::NotFound, 0)
-                        } else {
-                            let siblings = s.object.siblings.clone();
-                            let queue_len = 0; // one source: nothing to choose by
-                            (
-                                HeadReply::Found {
-                                    siblings,
-                                    queue_len,
-                                },
-                                s.sqn,
-                            )
-                        };
+                        // One source: no queue length to choose by.
+                        let message = head_message(0, s.object.siblings.clone(), 0, s.sqn);
                         fetched.insert(0, s);
-                        (0, reply, sqn, None)
+                        message
                     }
                     Err(s) => {
                         log::debug!("GET of {} p{} failed: {s}", t.node, t.partition);
@@ -147,16 +149,7 @@ impl Coordinator {
             let (b, k) = (r.bucket.clone(), r.key.clone());
             heads.push(Box::pin(async move {
                 match me.head_replica(&view, &t, b, k, deadline).await {
-                    Ok((set, _, _)) if set.is_empty() => (i, HeadReply::NotFound, 0, None),
-                    Ok((siblings, queue_len, sqn)) => (
-                        i,
-                        HeadReply::Found {
-                            siblings,
-                            queue_len,
-                        },
-                        sqn,
-                        None,
-                    ),
+                    Ok((siblings, queue_len, sqn)) => head_message(i, siblings, queue_len, sqn),
                     Err(s) => {
                         log::debug!("HEAD of {} p{} failed: {s}", t.node, t.partition);
                         (i, HeadReply::Failed(failure_of(&s)), 0, Some(s))

@@ -232,7 +232,7 @@ impl JournalWriter {
     /// segment). Only the reservation goes: the file keeps its length.
     pub(crate) fn release_reserved(&mut self) -> Result<()> {
         if self.reserved > self.size {
-            self.file.set_len(self.size).ctx(|| {
+            self.file.release_reserved().ctx(|| {
                 format!(
                     "releasing the space reserved in journal segment {}",
                     self.seg.id

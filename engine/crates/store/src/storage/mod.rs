@@ -38,10 +38,14 @@ pub trait StorageFile: Send + Sync {
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
     /// Reserve the blocks of `[offset, offset + len)` without changing the file's length, so
-    /// appends there need no block allocation. Appends and reads see nothing of it; `set_len` to
-    /// the current length gives back what was reserved past the end. The default reserves
-    /// nothing (the simulated disk has no blocks to allocate).
+    /// appends there need no block allocation. Appends and reads see nothing of it. The default
+    /// reserves nothing (the simulated disk has no blocks to allocate).
     fn reserve(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+    /// Give back whatever [`StorageFile::reserve`] left past the end of the file; its length
+    /// and content stay.
+    fn release_reserved(&self) -> io::Result<()> {
         Ok(())
     }
 
@@ -161,6 +165,10 @@ impl StorageFile for RealFile {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+    fn release_reserved(&self) -> io::Result<()> {
+        // Setting the length the file has frees the blocks reserved past it (ext4, XFS).
+        self.0.set_len(self.0.metadata()?.len())
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if nowait::active() {

@@ -303,11 +303,10 @@ impl Store {
                 if has_records {
                     // What the scan found may be only in the page cache (a process crash): make
                     // it durable before anything (a flush, a compaction) relies on it. The
-                    // space the crashed writer had reserved past its end goes back (setting the
-                    // length it has).
+                    // space the crashed writer had reserved past its end goes back.
                     disk.open(&path, true)
                         .and_then(|f| {
-                            f.set_len(f.len()?)?;
+                            f.release_reserved()?;
                             f.sync_data()
                         })
                         .ctx(|| format!("syncing {}", path.display()))?;

@@ -51,6 +51,20 @@ fn put_all(s: &Store) {
     }
 }
 
+/// A store with every value written, its active segment, and that segment's length, checked to
+/// hold a reservation past its end.
+fn written(dir: &Path) -> (Store, PathBuf, u64) {
+    let s = Store::open(dir, cfg()).unwrap();
+    put_all(&s);
+    let active = segments(dir).pop().unwrap();
+    let (len, allocated) = sizes(&active);
+    assert!(
+        allocated >= len + (8 << 20),
+        "{allocated} bytes allocated for a {len}-byte segment: nothing reserved ahead"
+    );
+    (s, active, len)
+}
+
 fn check_all(s: &Store) {
     for i in 0..PUTS {
         let got = s.get(b"b", format!("k{i}").as_bytes()).unwrap().unwrap();
@@ -64,17 +78,10 @@ fn check_all(s: &Store) {
 #[test]
 fn the_active_segment_reserves_ahead_keeps_its_length_and_gives_the_space_back_at_close() {
     let d = tempfile::tempdir().unwrap();
-    let s = Store::open(d.path(), cfg()).unwrap();
-    put_all(&s);
-    let active = segments(d.path()).pop().unwrap();
-    let (len, allocated) = sizes(&active);
+    let (s, active, len) = written(d.path());
     assert!(
         len > (PUTS * VALUE) as u64 && len < 2 << 20,
         "the segment's length {len} is not what was appended"
-    );
-    assert!(
-        allocated >= len + (8 << 20),
-        "{allocated} bytes allocated for a {len}-byte segment: nothing reserved ahead"
     );
     s.close().unwrap();
     let (len_after, allocated_after) = sizes(&active);
@@ -93,11 +100,7 @@ fn the_active_segment_reserves_ahead_keeps_its_length_and_gives_the_space_back_a
 #[test]
 fn space_a_crashed_writer_reserved_goes_back_at_the_next_open() {
     let d = tempfile::tempdir().unwrap();
-    let s = Store::open(d.path(), cfg()).unwrap();
-    put_all(&s);
-    let active = segments(d.path()).pop().unwrap();
-    let (len, allocated) = sizes(&active);
-    assert!(allocated >= len + (8 << 20), "nothing reserved ahead");
+    let (s, active, len) = written(d.path());
     s.simulate_crash();
     let s = Store::open(d.path(), cfg()).unwrap();
     let (len_after, allocated_after) = sizes(&active);

@@ -88,6 +88,8 @@ func Resources() *Dashboard {
 		Q{`sum(rate(levee_ledger_bytes_written_total{SEL}[$__rate_interval]))`, "ledger"}))
 	l.add(12, 8, withRange(timeseries("Write stalls per member", "Seconds per second writers waited for ledger merges, summed over writers (0.05 = 5% of the time for one writer).", "percentunit",
 		Q{`sum by (pod) (rate(levee_write_stall_seconds_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), nil))
+	l.add(12, 8, withRange(timeseries("Journal fdatasync time per member", "Seconds per second the member's vnodes spent in journal fdatasync. With sync on write a write waits for one or two of these syncs: divided by levee_journal_fsyncs_total's rate it is the mean sync.", "percentunit",
+		Q{`sum by (pod) (rate(levee_journal_fsync_seconds_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), nil))
 	l.add(12, 8, withRange(timeseries("Ledger merge backlog per member", "Ledger files over their level targets, summed over the member's vnodes (merge debt).", "none",
 		Q{`sum by (pod) (levee_ledger_merge_backlog{SEL})`, "{{pod}}"}), f(0), nil))
 

@@ -501,6 +501,24 @@ impl Collector for EngineCollector {
                 one(sum(&|s| s.write_stall_seconds)),
             ),
             family(
+                "levee_journal_fsyncs_total",
+                "Journal fdatasync calls (group commits, background syncs, rolled-out segments)",
+                COUNTER,
+                one(sum(&|s| s.journal_fsyncs as f64)),
+            ),
+            family(
+                "levee_journal_fsync_seconds_total",
+                "Time spent in journal fdatasync calls",
+                COUNTER,
+                one(sum(&|s| s.journal_fsync_seconds)),
+            ),
+            family(
+                "levee_journal_roll_seconds_total",
+                "Time journal segment rolls held the write lock (every writer of the vnode waits behind one)",
+                COUNTER,
+                one(sum(&|s| s.journal_roll_seconds)),
+            ),
+            family(
                 "levee_aae_rebuilds_total",
                 "AAE tree rebuilds completed",
                 COUNTER,

@@ -494,6 +494,16 @@ async fn acknowledged_puts_survive_a_process_kill() {
         .await
         .unwrap();
     }
+    // One after another, each acknowledged write waited for an fdatasync of its own.
+    let text = node.metrics_text();
+    let metric = |name: &str| sample(&text, name);
+    let fsyncs = metric("levee_journal_fsyncs_total");
+    assert!(
+        fsyncs >= 500.0,
+        "{fsyncs} journal fdatasyncs for 500 synced puts"
+    );
+    assert!(metric("levee_journal_fsync_seconds_total") > 0.0);
+    metric("levee_journal_roll_seconds_total"); // served (nothing rolled in 500 small puts)
     drop(node); // SIGKILL (Child::kill) and wait
     let node = Node::start(dir.path(), &["--sync-on-write", "sync"]);
     // The restart replayed all 500 records: none had reached the ledger before the kill.
@@ -899,12 +909,20 @@ async fn the_cli_walks_the_aae_trees_down_to_their_keys() {
 fn read_paths(node: &Node) -> (f64, f64) {
     let text = node.metrics_text();
     let of = |path: &str| {
-        let prefix = format!("levee_replica_reads_total{{path=\"{path}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+        sample(
+            &text,
+            &format!("levee_replica_reads_total{{path=\"{path}\"}}"),
+        )
     };
     (of("reactor"), of("pool"))
+}
+
+/// The value of `series` (a metric name with its labels, as served) in a /metrics text.
+fn sample(text: &str, series: &str) -> f64 {
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
 }
 
 /// Drop every file under `dir` from the page cache (synced first, so the pages are clean).

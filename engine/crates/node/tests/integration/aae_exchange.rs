@@ -129,8 +129,10 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
 
     // Diverge: a newer version of NEWER keys on one replica only (coordinated at that vnode,
     // from the context every replica holds), and ONLY_ONE new keys on one replica only.
-    for i in 0..NEWER + ONLY_ONE {
-        let k = key(if i < NEWER { i } else { KEYS + i });
+    let diverged: Vec<String> = (0..NEWER + ONLY_ONE)
+        .map(|i| key(if i < NEWER { i } else { KEYS + i }))
+        .collect();
+    for (i, k) in diverged.iter().enumerate() {
         let context = if i < NEWER {
             kv.get(pb::GetRequest {
                 bucket: "b".into(),
@@ -144,8 +146,8 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
         } else {
             Vec::new()
         };
-        write_on_second_replica(&addrs, &k, context, 0).await;
-        let sets = replicas(&addrs, &k).await;
+        write_on_second_replica(&addrs, k, context, 0).await;
+        let sets = replicas(&addrs, k).await;
         assert!(
             sets.iter().any(|s| *s != sets[1]),
             "{k}: the write reached more than one replica: {sets:?}"
@@ -156,9 +158,8 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
     // all (seen twice in CI: 14 of 15, every replica equal after), this says whether a key was
     // brought in sync before the round or repaired by it uncounted.
     let mut equal_before = Vec::new();
-    for i in 0..NEWER + ONLY_ONE {
-        let k = key(if i < NEWER { i } else { KEYS + i });
-        let sets = replicas(&addrs, &k).await;
+    for k in &diverged {
+        let sets = replicas(&addrs, k).await;
         if sets.iter().all(|s| *s == sets[0]) {
             equal_before.push(k);
         }
@@ -167,9 +168,8 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
     // One round repairs every diverged key, and says so.
     let (round, repaired) = repair_round(&nodes).await;
     let mut still = Vec::new();
-    for i in 0..NEWER + ONLY_ONE {
-        let k = key(if i < NEWER { i } else { KEYS + i });
-        let sets = replicas(&addrs, &k).await;
+    for k in &diverged {
+        let sets = replicas(&addrs, k).await;
         if !sets.iter().all(|s| *s == sets[0]) {
             still.push(format!("{k}: {sets:?}"));
         }
@@ -183,16 +183,15 @@ async fn an_exchange_round_repairs_replicas_that_diverged() {
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
         .collect::<Vec<_>>()
         .join("\n");
-    for i in 0..NEWER + ONLY_ONE {
-        let k = key(if i < NEWER { i } else { KEYS + i });
-        let sets = replicas(&addrs, &k).await;
+    for k in &diverged {
+        let sets = replicas(&addrs, k).await;
         assert!(
             sets.iter().all(|s| *s == sets[0]) && !sets[0].is_empty(),
             "{k}: replicas still differ after the exchange: {sets:?}"
         );
         // Every node, reading one replica (r = 1, its own first), sees the diverged write.
         for (_, addr, _) in &nodes {
-            let g = get_r1(addr, &k).await;
+            let g = get_r1(addr, k).await;
             assert_eq!(
                 sibling_values(&g),
                 vec![format!("diverged-{k}")],

@@ -134,6 +134,19 @@ pub(crate) fn header(buf: &[u8]) -> (usize, u32) {
     (len, crc)
 }
 
+/// The kind and value codec a record's kind byte says, or `None` for a byte no record carries.
+/// The one reading of that byte: the decoder and the scanner's search for valid records after
+/// damage both use it (a search that knew only uncompressed kinds took damage followed by
+/// compressed records for a torn tail and cut them).
+pub(crate) fn parse_kind(kind_byte: u8) -> Option<(Kind, ValueCodec)> {
+    let codec = ValueCodec::from_bits(kind_byte >> 4)?;
+    match kind_byte & 0x0f {
+        1 => Some((Kind::Put, codec)),
+        2 => Some((Kind::Delete, codec)),
+        _ => None,
+    }
+}
+
 /// Check the CRC of `body` and decode it.
 pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
     let got = crc32c::crc32c(body);
@@ -145,14 +158,10 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
     let mut r = Reader::new(body, "journal record");
     let sqn = r.u64()?;
     let kind_byte = r.u8()?;
-    let (kind, codec) = match (kind_byte & 0x0f, ValueCodec::from_bits(kind_byte >> 4)) {
-        (1, Some(c)) => (Kind::Put, c),
-        (2, Some(c)) => (Kind::Delete, c),
-        _ => {
-            return Err(Error::Corruption(format!(
-                "journal record has unknown kind {kind_byte:#04x}"
-            )))
-        }
+    let Some((kind, codec)) = parse_kind(kind_byte) else {
+        return Err(Error::Corruption(format!(
+            "journal record has unknown kind {kind_byte:#04x}"
+        )));
     };
     let timestamp = r.u64()?;
     let ledger_key = r.bytes()?;

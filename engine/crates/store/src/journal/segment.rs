@@ -770,7 +770,7 @@ fn classify(
             }
             let sqn = u64::from_le_bytes(p[HEADER_BYTES..HEADER_BYTES + 8].try_into().unwrap());
             let kind = p[HEADER_BYTES + 8];
-            if sqn <= last_sqn || sqn - last_sqn > (1 << 32) || !(kind == 1 || kind == 2) {
+            if sqn <= last_sqn || sqn - last_sqn > (1 << 32) || record::parse_kind(kind).is_none() {
                 continue;
             }
             let mut whole = vec![0u8; HEADER_BYTES + len];
@@ -836,6 +836,49 @@ mod tests {
             let path = Path::new("/s.seg");
             d.create(path).unwrap().append(&bytes).unwrap();
             assert_eq!(read_start(&d, path).unwrap(), want, "{} bytes", bytes.len());
+        }
+    }
+
+    /// A damaged record with valid records after it is corruption whatever those records' kind
+    /// byte holds (put or delete, any value codec); only damage with nothing valid after it is a
+    /// torn tail.
+    #[test]
+    fn damage_followed_by_records_of_any_kind_and_codec_is_corruption() {
+        use super::record::{encode_unsequenced, seal, Kind};
+        use super::{scan, ScanEnd};
+        use crate::value_codec::ValueCodec;
+        let rec = |sqn: u64, kind: Kind, codec: ValueCodec| {
+            let mut out = Vec::new();
+            encode_unsequenced(&mut out, kind, 0, b"key", b"", &[], &[7u8; 300], codec);
+            seal(&mut out, sqn);
+            out
+        };
+        for codec in [ValueCodec::Raw, ValueCodec::Lz4, ValueCodec::Zstd] {
+            for kind in [Kind::Put, Kind::Delete] {
+                let first = rec(1, Kind::Put, ValueCodec::Raw);
+                let mut bytes = first.clone();
+                bytes.extend_from_slice(&rec(2, kind, codec));
+                bytes.extend_from_slice(&rec(3, kind, codec));
+                let total = bytes.len() as u64;
+                let case = format!("{kind:?} {codec:?}");
+                for (damaged_at, want_corrupt) in [(20, true), (total as usize - 5, false)] {
+                    let mut b = bytes.clone();
+                    b[damaged_at] ^= 0x40;
+                    let d = SimDisk::new();
+                    let path = Path::new("/s.seg");
+                    d.create(path).unwrap().append(&b).unwrap();
+                    let end = scan(&d, path, 0, 0, |_, _| Ok(())).unwrap();
+                    match end {
+                        ScanEnd::Corrupt {
+                            offset, next_valid, ..
+                        } if want_corrupt => {
+                            assert_eq!((offset, next_valid), (0, first.len() as u64), "{case}")
+                        }
+                        ScanEnd::TornTail { .. } if !want_corrupt => {}
+                        other => panic!("{case}, byte {damaged_at} damaged: {other:?}"),
+                    }
+                }
+            }
         }
     }
 

@@ -19,7 +19,9 @@
 //!               pile up siblings); every other type keeps siblings unless it says "lww"
 //! [engine]      sync_on_write (bool), journal_segment_bytes, aae_segments,
 //!               compression_method ("none" | "lz4" | "zstd"; default "none"),
-//!               compression_point ("on_receipt" | "on_compact"; default "on_receipt")
+//!               compression_point ("on_receipt" | "on_compact"; default "on_receipt"),
+//!               journal_spare_segments (0–16; default 0 on a node: each vnode's spare holds a
+//!               segment of disk)
 //! [compaction]  window_start_hour, window_end_hour, runs_per_day, time_zone, single_file_percent,
 //!               max_run_percent, max_run_length, scheduler ("external" | "node"),
 //!               busy_percent (100: a run's share of the time; below 100 it waits between batches),
@@ -107,6 +109,10 @@ pub struct EngineSection {
     pub compression_method: String,
     /// When: "on_receipt" (as writes arrive) or "on_compact" (when journal compaction rewrites).
     pub compression_point: String,
+    /// Segment files journal compaction replaced that each vnode keeps for its next rolls to
+    /// write over (docs/engine.md, "Reused segments"). 0 on a node unless set: every vnode
+    /// would hold its spares' disk space (64 partitions × 256 MiB each).
+    pub journal_spare_segments: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -266,6 +272,7 @@ impl Default for EngineSection {
             aae_segments: levee_store::Config::default().aae_segments,
             compression_method: "none".into(),
             compression_point: "on_receipt".into(),
+            journal_spare_segments: 0,
         }
     }
 }
@@ -480,6 +487,7 @@ impl NodeConfig {
                 levee_store::SyncMode::None
             },
             journal_segment_bytes: self.engine.journal_segment_bytes,
+            journal_spare_segments: self.engine.journal_spare_segments,
             aae_segments: self.engine.aae_segments,
             aae_rebuild_busy_percent: self.aae.rebuild_busy_percent,
             aae_branch_width: if self.engine.aae_segments.is_multiple_of(256) {
@@ -771,6 +779,31 @@ ca_file = "/etc/levee/tls/ca.crt"
         );
         let e = load("[engine]\ncompression_point = \"later\"\n").unwrap_err();
         assert!(format!("{e:#}").contains("compression_point"), "{e:#}");
+    }
+
+    /// A node keeps no spare segments unless told (each vnode's would hold a segment of disk);
+    /// a count is passed to every vnode's store, and one out of the engine's range is refused
+    /// with the engine's message.
+    #[test]
+    fn spare_segments_are_off_on_a_node_unless_set() {
+        let load = |toml: &str| NodeConfig::load_str(toml).and_then(|c| c.store_config());
+        assert_eq!(
+            load("[engine]\nsync_on_write = true\n")
+                .unwrap()
+                .journal_spare_segments,
+            0
+        );
+        assert_eq!(
+            load("[engine]\njournal_spare_segments = 2\n")
+                .unwrap()
+                .journal_spare_segments,
+            2
+        );
+        let e = load("[engine]\njournal_spare_segments = 17\n").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("journal_spare_segments must be at most 16"),
+            "{e:#}"
+        );
     }
 
     impl NodeConfig {

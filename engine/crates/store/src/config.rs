@@ -36,6 +36,15 @@ pub struct Config {
     pub journal_segment_bytes: u64,
     /// ... or this many records.
     pub journal_segment_records: u64,
+    /// How many segment files journal compaction replaced are kept as spares, for the next rolls
+    /// to write over instead of starting new files (0: removed at once; at most 16; default 2).
+    /// Only files of at least half `journal_segment_bytes` are kept. In `sync` mode this is
+    /// worth having: the fdatasync of a write into an old file's blocks commits nothing in the
+    /// filesystem's own journal (docs/benchmarks.md, "Reused segments"). Each spare holds its
+    /// disk space until a roll takes it; spares are removed when the store opens. Recovery takes
+    /// damage in a reused segment's tail that no later record knew synced for lost writeback
+    /// (docs/engine.md, "Reused segments"); 0 keeps the stricter check of new files.
+    pub journal_spare_segments: usize,
     /// With `sync_on_write = none`, ask the background syncer to fdatasync the active segment each
     /// time this many bytes have been appended since the last request (0: never); writers do not
     /// wait for it. Keeps the dirty tail short, so the fdatasync a segment roll does under the
@@ -123,6 +132,7 @@ impl Default for Config {
             sync_on_write: SyncMode::None,
             journal_segment_bytes: 256 << 20,
             journal_segment_records: 200_000,
+            journal_spare_segments: 2,
             journal_bytes_per_sync: 8 << 20,
             memtable_bytes: 16 << 20,
             max_unflushed_journal_bytes: 256 << 20,
@@ -181,6 +191,9 @@ impl Config {
         }
         if self.journal_segment_records == 0 {
             return bad("journal_segment_records must be at least 1");
+        }
+        if self.journal_spare_segments > 16 {
+            return bad("journal_spare_segments must be at most 16");
         }
         if self.max_unflushed_journal_bytes < 4096 {
             return bad("max_unflushed_journal_bytes must be at least 4096");

@@ -1,6 +1,7 @@
 //! The reaper: one process-wide thread that removes files the engine no longer lists — journal
 //! segments replaced by compaction, ledger tables replaced by a merge — once their last holder
-//! lets go.
+//! lets go, or keeps a replaced segment's file as a spare for a roll to write over
+//! (`journal/spare.rs`).
 //!
 //! That holder is often a reader: a GET that took the segment list or the ledger version just
 //! before the replacement. Unlinking a 256 MiB segment and closing its last handle (the kernel then
@@ -13,6 +14,7 @@ use std::sync::mpsc::{channel, SendError, Sender};
 use std::sync::{Arc, OnceLock};
 
 use crate::fsutil::remove_quietly;
+use crate::journal::spare::Spares;
 use crate::storage::{Disk, StorageFile};
 
 enum Job {
@@ -22,6 +24,15 @@ enum Job {
         paths: Vec<PathBuf>,
         file: Arc<dyn StorageFile>,
     },
+    /// Keep the segment file `seg` as a spare if `spares` wants it, else remove it; remove
+    /// `idx`; then close the handle.
+    Keep {
+        disk: Disk,
+        seg: PathBuf,
+        idx: PathBuf,
+        file: Arc<dyn StorageFile>,
+        spares: Arc<Spares>,
+    },
     /// Answer once everything queued before is done.
     Barrier(Sender<()>),
 }
@@ -29,6 +40,24 @@ enum Job {
 /// Remove `paths` and close `file` on the reaper thread (inline if it could not be started).
 pub(crate) fn remove_later(disk: Disk, paths: Vec<PathBuf>, file: Arc<dyn StorageFile>) {
     submit(Job::Remove { disk, paths, file });
+}
+
+/// Keep the journal segment file `seg` as one of `spares` (`journal/spare.rs`) if it is wanted
+/// and large enough, else remove it as [`remove_later`] does; its index `idx` goes either way.
+pub(crate) fn keep_or_remove_later(
+    disk: Disk,
+    seg: PathBuf,
+    idx: PathBuf,
+    file: Arc<dyn StorageFile>,
+    spares: Arc<Spares>,
+) {
+    submit(Job::Keep {
+        disk,
+        seg,
+        idx,
+        file,
+        spares,
+    });
 }
 
 /// Wait until every removal queued before this call is done (journal compaction calls it before
@@ -65,6 +94,24 @@ fn run(job: Job) {
         Job::Remove { disk, paths, file } => {
             for p in &paths {
                 remove_quietly(&*disk, p);
+            }
+            drop(file);
+        }
+        Job::Keep {
+            disk,
+            seg,
+            idx,
+            file,
+            spares,
+        } => {
+            remove_quietly(&*disk, &idx);
+            match spares.keep(&*disk, &seg) {
+                Ok(true) => {}
+                Ok(false) => remove_quietly(&*disk, &seg),
+                Err(e) => {
+                    log::warn!("not kept as a spare, removed: {e}");
+                    remove_quietly(&*disk, &seg);
+                }
             }
             drop(file);
         }

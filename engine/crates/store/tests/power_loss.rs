@@ -33,14 +33,16 @@ const ROUNDS: usize = 3;
 
 /// One case: `ROUNDS` times (open, check, run until the crash point, then cut the power — or, one
 /// time in four when the machine is still up, kill only the process, keeping the page cache for a
-/// later power cut to judge), then a final open and check. Returns the number of power cuts.
-fn run_case(seed: u64, mode: SyncMode) -> Result<usize, String> {
+/// later power cut to judge), then a final open and check. Returns the number of power cuts and
+/// of rolls that wrote a segment over a spare.
+fn run_case(seed: u64, mode: SyncMode) -> Result<(usize, u64), String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let cfg = config(mode);
     let mut disk = SimDisk::new();
     let mut hist = History::default();
     let mut next_term = 1i64;
     let mut cuts = 0;
+    let mut reused = 0;
     for round in 0..=ROUNDS {
         let store = open(&disk, &cfg).map_err(|e| format!("round {round}: open failed: {e}"))?;
         if round > 0 {
@@ -75,6 +77,7 @@ fn run_case(seed: u64, mode: SyncMode) -> Result<usize, String> {
             }
         }
         // Whether or not the crash point was reached, the power goes now: no clean close.
+        reused += store.stats().journal_spares_reused;
         if std::env::var("DEBUG").is_ok() {
             let st = store.stats();
             eprintln!(
@@ -95,7 +98,7 @@ fn run_case(seed: u64, mode: SyncMode) -> Result<usize, String> {
             disk.set_plan(FaultPlan::default());
         }
     }
-    Ok(cuts)
+    Ok((cuts, reused))
 }
 
 fn run_many(mode: SyncMode, salt: u64, cut_points: u64) {
@@ -112,6 +115,7 @@ fn run_many(mode: SyncMode, salt: u64, cut_points: u64) {
         }
     }
     let mut cuts = 0;
+    let mut reused = 0;
     let started = std::time::Instant::now();
     for i in 0u64.. {
         if cuts as u64 >= cut_points {
@@ -119,7 +123,10 @@ fn run_many(mode: SyncMode, salt: u64, cut_points: u64) {
         }
         let seed = salt ^ (i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         match run_case(seed, mode) {
-            Ok(n) => cuts += n,
+            Ok((n, r)) => {
+                cuts += n;
+                reused += r;
+            }
             Err(e) => panic!("seed {seed} ({mode:?}) failed: {e}\nadd it to REGRESSIONS"),
         }
         if (i + 1) % 500 == 0 {
@@ -130,8 +137,15 @@ fn run_many(mode: SyncMode, salt: u64, cut_points: u64) {
             );
         }
     }
-    eprintln!("power_loss {mode:?}: {cuts} cut points recovered and checked");
+    eprintln!(
+        "power_loss {mode:?}: {cuts} cut points recovered and checked, {reused} segments written \
+         over spares"
+    );
     assert!(cuts as u64 >= cut_points);
+    assert!(
+        reused > 0,
+        "no roll wrote over a spare: the reused path went untested"
+    );
 }
 
 #[test]

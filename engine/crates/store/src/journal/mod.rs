@@ -4,6 +4,7 @@
 
 pub(crate) mod record;
 pub(crate) mod segment;
+pub(crate) mod spare;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +29,8 @@ pub(crate) struct Journal {
     pub reads: AtomicU64,
     /// The largest value a compressed record may claim (`Config::max_value_bytes`).
     max_value_bytes: usize,
+    /// Replaced segment files kept for rolls to write over (`spare.rs`); `None`: removed.
+    pub spares: Option<Arc<spare::Spares>>,
 }
 
 /// An owned copy of a record's payload.
@@ -37,12 +40,18 @@ pub(crate) struct OwnedRecord {
 }
 
 impl Journal {
-    pub(crate) fn new(dir: PathBuf, segments: Vec<Arc<Segment>>, max_value_bytes: usize) -> Self {
+    pub(crate) fn new(
+        dir: PathBuf,
+        segments: Vec<Arc<Segment>>,
+        max_value_bytes: usize,
+        spares: Option<Arc<spare::Spares>>,
+    ) -> Self {
         Journal {
             dir,
             segments: RwLock::new(Arc::new(segments)),
             reads: AtomicU64::new(0),
             max_value_bytes,
+            spares,
         }
     }
 
@@ -187,6 +196,8 @@ pub(crate) struct JournalWriter {
     reserved: u64,
     /// Reserving failed for this file: appends allocate as they write.
     reserve_off: bool,
+    /// The file is a reused one (`spare.rs`): records are written at `size`, over the old bytes.
+    reused: bool,
 }
 
 impl JournalWriter {
@@ -199,6 +210,7 @@ impl JournalWriter {
             records: 0,
             reserved: 0,
             reserve_off: false,
+            reused: false,
         }
     }
 
@@ -231,7 +243,15 @@ impl JournalWriter {
     /// Give back the space reserved past the end of the file (a closing store's active
     /// segment). Only the reservation goes: the file keeps its length.
     pub(crate) fn release_reserved(&mut self) -> Result<()> {
-        if self.reserved > self.size {
+        if self.reused {
+            // The old file's bytes past the records go too: a closed segment holds its own only.
+            self.file.set_len(self.size).ctx(|| {
+                format!(
+                    "cutting reused journal segment {} to its records",
+                    self.seg.id
+                )
+            })?;
+        } else if self.reserved > self.size {
             self.file.release_reserved().ctx(|| {
                 format!(
                     "releasing the space reserved in journal segment {}",
@@ -251,7 +271,12 @@ impl JournalWriter {
             records.iter().map(|r| r.1 as usize).sum::<usize>(),
             bytes.len()
         );
-        if let Err(e) = self.file.append(bytes) {
+        let written = if self.reused {
+            self.file.write_at(bytes, self.size)
+        } else {
+            self.file.append(bytes)
+        };
+        if let Err(e) = written {
             let cut = self.file.set_len(self.size);
             self.reserved = 0; // the cut gives the reservation back too
             let (first, last) = (
@@ -301,26 +326,55 @@ impl JournalWriter {
     }
 
     /// Start a new segment with `new_id` and append to it from now on; it begins with a link to
-    /// this one. Returns the segment and file rolled out, neither synced nor closed: that is I/O
-    /// the write lock must not wait for. The caller hands the file to the next sync of the
-    /// journal, which fdatasyncs it before the new one (`Inner::sync_rolled`), and the segment to
-    /// the ledger worker, which closes it (`Inner::finish_rolls`).
-    pub(crate) fn roll(&mut self, disk: &Disk, dir: &Path, new_id: u64) -> Result<RolledOut> {
-        let (seg, file) = Segment::create_unlisted(disk, dir, new_id)?;
+    /// this one. With a `spare` (`spare.rs`) the segment is written over it, and its link says
+    /// every record of the old file has an SQN at or below `last_sqn` (the last one written,
+    /// which is in this segment). Returns the segment and file rolled out, neither synced nor
+    /// closed: that is I/O the write lock must not wait for. The caller hands the file to the
+    /// next sync of the journal, which fdatasyncs it before the new one (`Inner::sync_rolled`),
+    /// and the segment to the ledger worker, which closes it (`Inner::finish_rolls`).
+    pub(crate) fn roll(
+        &mut self,
+        disk: &Disk,
+        dir: &Path,
+        new_id: u64,
+        spare: Option<PathBuf>,
+        last_sqn: u64,
+    ) -> Result<RolledOut> {
+        let reused = spare.and_then(|p| match Segment::create_reused(disk, dir, new_id, &p) {
+            Ok(made) => Some(made),
+            Err(e) => {
+                log::warn!("journal segment {new_id} not written over a spare ({e}): a new file");
+                crate::fsutil::remove_quietly(&**disk, &p);
+                crate::fsutil::remove_quietly(&**disk, &segment::seg_path(dir, new_id));
+                None
+            }
+        });
+        let is_reused = reused.is_some();
+        let (seg, file) = match reused {
+            Some(made) => made,
+            None => Segment::create_unlisted(disk, dir, new_id)?,
+        };
         let link = segment::encode_link(segment::Link {
             prev_id: self.seg.id,
             prev_len: self.size,
+            floor: if is_reused { last_sqn.max(1) } else { 0 },
         });
-        file.append(&link)
-            .ctx(|| format!("writing the link of journal segment {new_id}"))?;
+        if is_reused {
+            file.write_at(&link, 0)
+        } else {
+            file.append(&link)
+        }
+        .ctx(|| format!("writing the link of journal segment {new_id}"))?;
         let out = RolledOut {
             seg: std::mem::replace(&mut self.seg, seg),
             file: std::mem::replace(&mut self.file, file),
+            cut_to: self.reused.then_some(self.size),
         };
         self.size = link.len() as u64;
         self.records = 0;
         self.reserved = 0;
         self.reserve_off = false;
+        self.reused = is_reused;
         Ok(out)
     }
 }
@@ -329,4 +383,6 @@ impl JournalWriter {
 pub(crate) struct RolledOut {
     pub seg: Arc<Segment>,
     pub file: Arc<dyn StorageFile>,
+    /// A reused file is cut to its records' end here before its tail is synced.
+    pub cut_to: Option<u64>,
 }

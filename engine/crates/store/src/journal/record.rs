@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! record   := body_len:u32 crc:u32 body            (crc = CRC32C(body), little-endian ints)
-//! body     := sqn:u64 kind:u8 timestamp:u64 ledger_key:bytes metadata:bytes n_changes:u32 change*
-//!             value:bytes
-//! kind     := (codec << 4) | (1 put, 2 delete)     codec: 0 raw, 1 lz4, 2 zstd (value_codec.rs)
+//! body     := sqn:u64 kind:u8 [synced:u64] timestamp:u64 ledger_key:bytes metadata:bytes
+//!             n_changes:u32 change* value:bytes
+//! kind     := (codec << 4) | synced_flag | (1 put, 2 delete)
+//!             codec: 0 raw, 1 lz4, 2 zstd (value_codec.rs); synced_flag 0x08: `synced` follows
+//! synced   := the store's synced SQN when the record was written: every record up to it was
+//!             fdatasynced before this one was appended (records before the flag have none)
 //! change   := op:u8 (1 add, 2 remove) field:bytes term
 //! term     := 0x01 i64 | 0x02 bytes
 //! bytes    := len:u32 data
@@ -17,6 +20,10 @@ use crate::value_codec::{self, ValueCodec};
 
 /// Bytes before the body: length and CRC.
 pub(crate) const HEADER_BYTES: usize = 8;
+/// The kind byte's bit saying the body carries the synced SQN after the kind.
+const SYNCED_FLAG: u8 = 0x08;
+/// Where the synced SQN sits: after the header, the SQN and the kind byte.
+const SYNCED_AT: usize = HEADER_BYTES + 8 + 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -37,6 +44,9 @@ pub(crate) struct RecordView<'a> {
     /// The value as stored (compressed when `codec` says so: [`RecordView::original_value`]).
     pub value: &'a [u8],
     pub codec: ValueCodec,
+    /// The store's synced SQN when the record was written (`None`: a record from before the
+    /// field). Recovery reads it to tell an unsynced tail from damage to synced records.
+    pub synced: Option<u64>,
 }
 
 impl RecordView<'_> {
@@ -73,7 +83,7 @@ pub(crate) fn encode(
         value,
         ValueCodec::Raw,
     );
-    seal(&mut rec, sqn);
+    seal(&mut rec, sqn, 0);
     out.extend_from_slice(&rec);
 }
 
@@ -93,7 +103,8 @@ pub(crate) fn encode_unsequenced(
 ) {
     out.clear();
     out.extend_from_slice(&[0u8; HEADER_BYTES + 8]);
-    put_u8(out, ((codec as u8) << 4) | kind as u8);
+    put_u8(out, ((codec as u8) << 4) | SYNCED_FLAG | kind as u8);
+    put_u64(out, 0); // the synced SQN, written by `seal`
     put_u64(out, timestamp);
     put_bytes(out, ledger_key);
     put_bytes(out, metadata);
@@ -117,12 +128,16 @@ pub(crate) fn encode_unsequenced(
     out[0..4].copy_from_slice(&body_len.to_le_bytes());
 }
 
-/// Write `sqn` and the record's CRC into `buf` (what [`encode_unsequenced`] filled). The CRC
-/// covers the SQN, which comes first, so it is computed here, over the whole body. (Combining a
-/// CRC of the rest computed earlier with the SQN's costs more than the hardware CRC of a 16 KiB
-/// body: measured, a zlib-style combine under the write lock cut `16k_nosync` by 17 %.)
-pub(crate) fn seal(buf: &mut [u8], sqn: u64) {
+/// Write `sqn`, the store's `synced` SQN (when the record has the field) and the record's CRC
+/// into `buf` (what [`encode_unsequenced`] filled). The CRC covers the SQN, which comes first, so
+/// it is computed here, over the whole body. (Combining a CRC of the rest computed earlier with
+/// the SQN's costs more than the hardware CRC of a 16 KiB body: measured, a zlib-style combine
+/// under the write lock cut `16k_nosync` by 17 %.)
+pub(crate) fn seal(buf: &mut [u8], sqn: u64, synced: u64) {
     buf[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&sqn.to_le_bytes());
+    if buf[HEADER_BYTES + 8] & SYNCED_FLAG != 0 {
+        buf[SYNCED_AT..SYNCED_AT + 8].copy_from_slice(&synced.to_le_bytes());
+    }
     let crc = crc32c::crc32c(&buf[HEADER_BYTES..]);
     buf[4..8].copy_from_slice(&crc.to_le_bytes());
 }
@@ -140,7 +155,7 @@ pub(crate) fn header(buf: &[u8]) -> (usize, u32) {
 /// compressed records for a torn tail and cut them).
 pub(crate) fn parse_kind(kind_byte: u8) -> Option<(Kind, ValueCodec)> {
     let codec = ValueCodec::from_bits(kind_byte >> 4)?;
-    match kind_byte & 0x0f {
+    match kind_byte & !(0xf0 | SYNCED_FLAG) {
         1 => Some((Kind::Put, codec)),
         2 => Some((Kind::Delete, codec)),
         _ => None,
@@ -162,6 +177,11 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
         return Err(Error::Corruption(format!(
             "journal record has unknown kind {kind_byte:#04x}"
         )));
+    };
+    let synced = if kind_byte & SYNCED_FLAG != 0 {
+        Some(r.u64()?)
+    } else {
+        None
     };
     let timestamp = r.u64()?;
     let ledger_key = r.bytes()?;
@@ -206,6 +226,7 @@ pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
         changes,
         value,
         codec,
+        synced,
     })
 }
 
@@ -277,8 +298,9 @@ mod tests {
                 value,
                 codec,
             );
-            seal(&mut buf, sqn);
+            seal(&mut buf, sqn, sqn / 2);
             let r = decode(&buf).unwrap(); // checks the CRC over the SQN and the rest
+            assert_eq!(r.synced, Some(sqn / 2));
             assert_eq!(
                 (
                     r.sqn,
@@ -293,9 +315,29 @@ mod tests {
             assert_eq!(r.changes, changes);
             assert_eq!(r.codec, codec);
             // Sealed again with another SQN: the CRC follows.
-            seal(&mut buf, sqn ^ 1);
+            seal(&mut buf, sqn ^ 1, 5);
             assert_eq!(decode(&buf).unwrap().sqn, sqn ^ 1);
+            assert_eq!(decode(&buf).unwrap().synced, Some(5));
         }
+    }
+
+    /// A record written before the synced SQN existed (no flag, no field) reads as it did, with
+    /// no synced SQN.
+    #[test]
+    fn a_record_without_the_synced_field_still_decodes() {
+        let new = sample();
+        let mut old = new[..SYNCED_AT].to_vec();
+        old[HEADER_BYTES + 8] &= !SYNCED_FLAG;
+        old.extend_from_slice(&new[SYNCED_AT + 8..]);
+        let body_len = (old.len() - HEADER_BYTES) as u32;
+        old[0..4].copy_from_slice(&body_len.to_le_bytes());
+        seal(&mut old, 77, 12345); // no field: the synced SQN is not written
+        let r = decode(&old).unwrap();
+        assert_eq!(
+            (r.sqn, r.synced, r.timestamp, r.value),
+            (77, None, 1234, &b"value!"[..])
+        );
+        assert_eq!(r.changes.len(), 2);
     }
 
     #[test]
@@ -303,7 +345,7 @@ mod tests {
         for kind_byte in [0x00u8, 0x03, 0x31, 0xf2] {
             let mut buf = sample();
             buf[HEADER_BYTES + 8] = kind_byte;
-            seal(&mut buf, 77);
+            seal(&mut buf, 77, 0);
             match decode(&buf) {
                 Err(Error::Corruption(m)) => assert!(m.contains("unknown kind"), "{m}"),
                 other => panic!("{kind_byte:#04x}: {other:?}"),

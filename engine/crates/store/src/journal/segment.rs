@@ -7,9 +7,18 @@
 //! as `<id>.idx`:
 //!
 //! ```text
-//! link := ff ff ff ff "LVLK" prev_id:u64 prev_len:u64 crc:u32     (a record never starts so)
-//! idx  := "LVIX" version:u32 count:u64 (sqn:u64 offset:u64 len:u32)* crc:u32
+//! link     := ff ff ff ff "LVLK" prev_id:u64 prev_len:u64 crc:u32  (a record never starts so)
+//! reused   := ff ff ff ff "LVLR" prev_id:u64 prev_len:u64 floor:u64 crc:u32
+//! spare    := ff ff ff ff "LVSP"
+//! idx      := "LVIX" version:u32 count:u64 (sqn:u64 offset:u64 len:u32)* crc:u32
 //! ```
+//!
+//! A *reused* segment is the file of a segment journal compaction replaced, written over from
+//! the start (`spare.rs`): past its records lie the old file's bytes, whose records all carry
+//! SQNs up to `floor`. Recovery takes no record at or below the floor as this segment's, and
+//! reads a damaged record whose header is not one of this segment's SQNs as old bytes never
+//! written over (a hole of lost writeback, as zeros are in a new file). A file that begins with
+//! `spare` was made a spare and holds no records of its own.
 //!
 //! The index of the active segment lives only in memory and is rebuilt by scanning the file on open.
 //! A closed segment whose records the ledger has all persisted is opened *lazily*: its SQN range
@@ -23,6 +32,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::record::{self, RecordView, HEADER_BYTES};
+use super::spare::Spares;
 use crate::codec::{put_u32, put_u64, seal, unseal, Reader};
 use crate::error::{Error, IoContext, Result};
 use crate::fsutil::{sync_dir, write_atomic};
@@ -42,6 +52,12 @@ const MIN_BODY: usize = 8 + 1 + 8 + 4 + 4 + 4 + 4;
 const LINK_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'L', b'K'];
 /// Bytes of a link: magic, predecessor id and length, CRC.
 pub(crate) const LINK_BYTES: u64 = 8 + 8 + 8 + 4;
+/// The link of a reused segment: the same, with the floor SQN of the old file's records.
+const REUSED_LINK_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'L', b'R'];
+/// Bytes of a reused segment's link.
+pub(crate) const REUSED_LINK_BYTES: u64 = LINK_BYTES + 8;
+/// What a spare begins with (`spare.rs`): written over the old file's start before it is renamed.
+pub(crate) const SPARE_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'S', b'P'];
 
 /// What a rolled-in segment says about the segment it replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +65,34 @@ pub(crate) struct Link {
     pub prev_id: u64,
     /// The predecessor's length when it was replaced: all of it durable before anything after.
     pub prev_len: u64,
+    /// A reused segment's floor: every record of the file's earlier use carries an SQN at or
+    /// below it, every record written since one above it. 0 in a new file.
+    pub floor: u64,
+}
+
+impl Link {
+    /// Bytes the link takes at the start of its segment: records follow.
+    pub(crate) fn bytes(&self) -> u64 {
+        if self.floor > 0 {
+            REUSED_LINK_BYTES
+        } else {
+            LINK_BYTES
+        }
+    }
 }
 
 pub(crate) fn encode_link(link: Link) -> Vec<u8> {
-    let mut out = Vec::with_capacity(LINK_BYTES as usize);
-    out.extend_from_slice(&LINK_MAGIC);
+    let mut out = Vec::with_capacity(link.bytes() as usize);
+    out.extend_from_slice(if link.floor > 0 {
+        &REUSED_LINK_MAGIC
+    } else {
+        &LINK_MAGIC
+    });
     put_u64(&mut out, link.prev_id);
     put_u64(&mut out, link.prev_len);
+    if link.floor > 0 {
+        put_u64(&mut out, link.floor);
+    }
     seal(&mut out, 0);
     out
 }
@@ -65,8 +102,10 @@ pub(crate) fn encode_link(link: Link) -> Vec<u8> {
 pub(crate) enum Start {
     /// With a record, or empty: records from offset 0.
     Records,
-    /// With a whole link: records from `LINK_BYTES`.
+    /// With a whole link: records from `Link::bytes`.
     Linked(Link),
+    /// With a spare's mark: no records of its own.
+    Spare,
     /// With a link's magic but shorter than a link: a write torn at the very start.
     TornLink,
     /// With a whole link that fails its checksum.
@@ -83,28 +122,45 @@ pub(crate) fn read_start(disk: &dyn Storage, path: &Path) -> Result<Start> {
 
 fn start_of(file: &dyn StorageFile, path: &Path) -> Result<Start> {
     let len = file.len().ctx(|| format!("stat {}", path.display()))?;
-    let mut buf = [0u8; LINK_BYTES as usize];
+    let mut buf = [0u8; REUSED_LINK_BYTES as usize];
     let n = buf.len().min(len as usize);
     file.read_exact_at(&mut buf[..n], 0)
         .ctx(|| format!("reading {}", path.display()))?;
-    if n < LINK_MAGIC.len() || buf[..LINK_MAGIC.len()] != LINK_MAGIC {
-        // Shorter than a magic, a prefix of one is a torn link too.
-        if n > 0 && n < LINK_MAGIC.len() && buf[..n] == LINK_MAGIC[..n] {
+    let magic = LINK_MAGIC.len();
+    let (want, reused) = if n >= magic && buf[..magic] == LINK_MAGIC {
+        (LINK_BYTES as usize, false)
+    } else if n >= magic && buf[..magic] == REUSED_LINK_MAGIC {
+        (REUSED_LINK_BYTES as usize, true)
+    } else if n >= magic && buf[..magic] == SPARE_MAGIC {
+        return Ok(Start::Spare);
+    } else {
+        // Shorter than a magic, a prefix of one is a torn link too (the magics share their
+        // first six bytes, and a spare's mark is written over bytes that were there already).
+        if n > 0 && n < magic && buf[..n] == LINK_MAGIC[..n] {
             return Ok(Start::TornLink);
         }
         return Ok(Start::Records);
-    }
-    if n < buf.len() {
+    };
+    if n < want {
         return Ok(Start::TornLink);
     }
-    let Ok(payload) = unseal(&buf, "segment link") else {
+    let Ok(payload) = unseal(&buf[..want], "segment link") else {
         return Ok(Start::DamagedLink);
     };
-    let mut r = Reader::new(&payload[LINK_MAGIC.len()..], "segment link");
+    let mut r = Reader::new(&payload[magic..], "segment link");
     Ok(Start::Linked(Link {
         prev_id: r.u64()?,
         prev_len: r.u64()?,
+        floor: if reused { r.u64()? } else { 0 },
     }))
+}
+
+/// The floor of the segment at `path` (`Link::floor`; 0 unless it is reused).
+fn floor_of(file: &dyn StorageFile, path: &Path) -> Result<u64> {
+    Ok(match start_of(file, path)? {
+        Start::Linked(l) => l.floor,
+        _ => 0,
+    })
 }
 
 /// Where a record lives inside its segment.
@@ -144,16 +200,25 @@ pub(crate) struct Segment {
     closed: AtomicBool,
     /// Replaced by compaction: the files go when the last reader (e.g. a snapshot) lets go.
     obsolete: AtomicBool,
+    /// Where the file goes instead, if it is wanted as a spare then (`spare.rs`).
+    spares: std::sync::OnceLock<Arc<Spares>>,
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
-            crate::reaper::remove_later(
-                self.disk.clone(),
-                vec![self.path.clone(), self.path.with_extension("idx")],
-                self.file.clone(),
-            );
+            let (disk, file) = (self.disk.clone(), self.file.clone());
+            let idx = self.path.with_extension("idx");
+            match self.spares.get() {
+                Some(spares) => crate::reaper::keep_or_remove_later(
+                    disk,
+                    self.path.clone(),
+                    idx,
+                    file,
+                    spares.clone(),
+                ),
+                None => crate::reaper::remove_later(disk, vec![self.path.clone(), idx], file),
+            }
         }
     }
 }
@@ -208,6 +273,16 @@ impl Segment {
         if durable_entry {
             sync_dir(&**disk, dir)?;
         }
+        Ok(Self::empty(disk, id, path, file))
+    }
+
+    /// A segment with no records yet, written through `file`; returns it and `file`.
+    fn empty(
+        disk: &Disk,
+        id: u64,
+        path: PathBuf,
+        file: Arc<dyn StorageFile>,
+    ) -> (Arc<Segment>, Arc<dyn StorageFile>) {
         let seg = Segment {
             id,
             path,
@@ -216,8 +291,27 @@ impl Segment {
             index: RwLock::new(Index::Loaded(Vec::new())),
             closed: AtomicBool::new(false),
             obsolete: AtomicBool::new(false),
+            spares: std::sync::OnceLock::new(),
         };
-        Ok((Arc::new(seg), file))
+        (Arc::new(seg), file)
+    }
+
+    /// The active segment `id` of a roll, written over the spare at `spare` (`spare.rs`): renamed
+    /// into place without the directory sync (as [`Segment::create_unlisted`]), opened for
+    /// positional writes. Returns it and its write handle.
+    pub(crate) fn create_reused(
+        disk: &Disk,
+        dir: &Path,
+        id: u64,
+        spare: &Path,
+    ) -> Result<(Arc<Segment>, Arc<dyn StorageFile>)> {
+        let path = seg_path(dir, id);
+        disk.rename(spare, &path)
+            .ctx(|| format!("renaming {} to {}", spare.display(), path.display()))?;
+        let file = disk
+            .open_overwrite(&path)
+            .ctx(|| format!("opening journal segment {}", path.display()))?;
+        Ok(Self::empty(disk, id, path, file))
     }
 
     /// Open an existing segment with a known index.
@@ -262,6 +356,7 @@ impl Segment {
             index: RwLock::new(index),
             closed: AtomicBool::new(closed),
             obsolete: AtomicBool::new(false),
+            spares: std::sync::OnceLock::new(),
         }))
     }
 
@@ -340,8 +435,12 @@ impl Segment {
     pub(crate) fn index_loaded(&self) -> bool {
         matches!(*self.index.read(), Index::Loaded(_))
     }
-    /// Mark replaced: its files are removed when the last reference goes.
-    pub(crate) fn mark_obsolete(&self) {
+    /// Mark replaced: its files are removed when the last reference goes, or its file is kept
+    /// as a spare if `spares` wants one then.
+    pub(crate) fn mark_obsolete(&self, spares: Option<&Arc<Spares>>) {
+        if let Some(s) = spares {
+            let _ = self.spares.set(s.clone());
+        }
         self.obsolete.store(true, Ordering::Release);
     }
 
@@ -575,20 +674,110 @@ fn rescan_closed(disk: &dyn Storage, path: &Path) -> Result<Vec<IdxEntry>> {
     }
 }
 
-/// Whether the record header at `offset` is all zeros: bytes that were never written back.
-pub(crate) fn zero_header_at(disk: &dyn Storage, path: &Path, offset: u64) -> Result<bool> {
+/// Whether the damaged record at `offset` of the segment at `path`, the active one when the store
+/// stopped, with valid records from `next_valid` on and records up to SQN `last_good` before it,
+/// is writeback that never reached the disk (a power cut, a failed fdatasync) rather than damage
+/// to records a sync had made durable. If it is, none of the records from it on was acknowledged
+/// as durable, and the segment may be cut there.
+///
+/// In a new file, writeback that never happened reads as zeros and the damaged record's header
+/// tells ([`unwritten_at`]); anything else is damage. In a reused one (`Link::floor`), a power
+/// cut leaves the sectors of an unsynced write over the old file new and old in any mix, so a
+/// hole may fall inside a record whose header made it. There records tell by the synced SQN
+/// each carries from when it was written: if a valid record after the damage was written after
+/// a sync covering the damaged record (its synced SQN is past `last_good`), the damaged record
+/// was durable: damage. If none was, no writer was ever told it was durable: lost writeback.
+/// What that cannot tell from a hole is damage to records no later record knew synced: the
+/// records of a last sync with nothing written after it, or (`sync_on_write = none`) an unsynced
+/// tail a process crash left whole in the page cache. Errs with an I/O error only.
+pub(crate) fn lost_writeback_at(
+    disk: &dyn Storage,
+    path: &Path,
+    offset: u64,
+    next_valid: u64,
+    last_good: u64,
+) -> Result<bool> {
+    let floor = {
+        let f = disk
+            .open(path, false)
+            .ctx(|| format!("opening {}", path.display()))?;
+        floor_of(&*f, path)?
+    };
+    if floor == 0 {
+        return unwritten_at(disk, path, offset, next_valid, last_good);
+    }
+    match synced_from(disk, path, next_valid)? {
+        Some(synced) => Ok(synced <= last_good.max(floor)),
+        None => unwritten_at(disk, path, offset, next_valid, last_good),
+    }
+}
+
+/// The highest synced SQN the valid records of the segment at `path` carry from `start` on,
+/// stepping over damage; `None` when none carries one.
+fn synced_from(disk: &dyn Storage, path: &Path, start: u64) -> Result<Option<u64>> {
+    let mut best: Option<u64> = None;
+    let (mut at, mut last) = (start, 0u64);
+    loop {
+        let mut seen = last;
+        let end = scan(disk, path, at, last, |e, view| {
+            if let Some(s) = view.synced {
+                best = Some(best.map_or(s, |b| b.max(s)));
+            }
+            seen = e.sqn;
+            Ok(())
+        })?;
+        last = seen;
+        match end {
+            ScanEnd::Corrupt { next_valid, .. } if next_valid > at => at = next_valid,
+            _ => return Ok(best),
+        }
+    }
+}
+
+/// Whether the damaged record at `offset` of the segment at `path`, before the valid record at
+/// `next_valid` and after records up to `last_sqn`, was never written to the disk: its bytes are
+/// what the file held before the segment's records were written there. In a new file that is
+/// zeros: the header is all zeros. In a reused one (`Link::floor`) it is the old file's bytes:
+/// the header's SQN is not one of this segment's, between the last good record (or the floor)
+/// and the next valid one. A record of this segment damaged past its SQN (a torn body, a flipped
+/// bit) has its SQN there, and is damage. Errs with an I/O error only.
+pub(crate) fn unwritten_at(
+    disk: &dyn Storage,
+    path: &Path,
+    offset: u64,
+    next_valid: u64,
+    last_sqn: u64,
+) -> Result<bool> {
     let f = disk
         .open(path, false)
         .ctx(|| format!("opening {}", path.display()))?;
-    let mut hdr = [0u8; HEADER_BYTES];
-    match f.read_exact_at(&mut hdr, offset) {
-        Ok(()) => Ok(hdr.iter().all(|b| *b == 0)),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(Error::Io {
-            context: format!("reading {}", path.display()),
-            source: e,
-        }),
+    let floor = floor_of(&*f, path)?;
+    // Header and SQN of the damaged record, and the SQN of the valid one after it.
+    let read = |at: u64| -> Result<Option<[u8; HEADER_BYTES + 8]>> {
+        let mut b = [0u8; HEADER_BYTES + 8];
+        match f.read_exact_at(&mut b, at) {
+            Ok(()) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(Error::Io {
+                context: format!("reading {}", path.display()),
+                source: e,
+            }),
+        }
+    };
+    let sqn_in =
+        |b: &[u8; HEADER_BYTES + 8]| u64::from_le_bytes(b[HEADER_BYTES..].try_into().unwrap());
+    let Some(here) = read(offset)? else {
+        return Ok(false);
+    };
+    if floor == 0 {
+        return Ok(here[..HEADER_BYTES].iter().all(|b| *b == 0));
     }
+    let Some(next) = read(next_valid)? else {
+        return Ok(false);
+    };
+    let ours = last_sqn.max(floor)..sqn_in(&next);
+    let sqn = sqn_in(&here);
+    Ok(!(sqn > ours.start && sqn < ours.end))
 }
 
 /// How a scan of a segment ended.
@@ -658,13 +847,20 @@ pub(crate) fn scan(
         .open(path, false)
         .ctx(|| format!("opening {}", path.display()))?;
     let file_len = file.len().ctx(|| format!("stat {}", path.display()))?;
+    let begins = start_of(&*file, path)?;
+    // Records of a reused file's earlier use are not this segment's, wherever the scan starts.
+    if let Start::Linked(l) = begins {
+        last_sqn = last_sqn.max(l.floor);
+    }
     // A scan resumed past a damaged record (`start > 0`) is past any link already.
     let start = if start > 0 {
         start
     } else {
-        match start_of(&*file, path)? {
+        match begins {
             Start::Records => 0,
-            Start::Linked(_) => LINK_BYTES,
+            Start::Linked(l) => l.bytes(),
+            // Made a spare before a roll took it, and no link written over its mark since.
+            Start::Spare => return Ok(ScanEnd::Clean),
             Start::TornLink => {
                 return Ok(ScanEnd::TornTail {
                     offset: 0,
@@ -794,7 +990,7 @@ fn classify(
 
 #[cfg(test)]
 mod tests {
-    use super::{encode_link, index_lookup, read_start, IdxEntry, Link, Start};
+    use super::{encode_link, index_lookup, read_start, IdxEntry, Link, Start, SPARE_MAGIC};
     use crate::storage::{SimDisk, Storage};
     use std::path::Path;
 
@@ -805,6 +1001,7 @@ mod tests {
         let link = Link {
             prev_id: 7,
             prev_len: 123_456,
+            floor: 0,
         };
         let whole = encode_link(link);
         let mut damaged = whole.clone();
@@ -850,7 +1047,7 @@ mod tests {
         let rec = |sqn: u64, kind: Kind, codec: ValueCodec| {
             let mut out = Vec::new();
             encode_unsequenced(&mut out, kind, 0, b"key", b"", &[], &[7u8; 300], codec);
-            seal(&mut out, sqn);
+            seal(&mut out, sqn, 0);
             out
         };
         for codec in [ValueCodec::Raw, ValueCodec::Lz4, ValueCodec::Zstd] {
@@ -878,6 +1075,218 @@ mod tests {
                         other => panic!("{case}, byte {damaged_at} damaged: {other:?}"),
                     }
                 }
+            }
+        }
+    }
+
+    /// Records `sqns` back to back, each with a value of `len` bytes.
+    fn records(sqns: std::ops::RangeInclusive<u64>, len: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for sqn in sqns {
+            let value = vec![sqn as u8; len];
+            super::record::encode(
+                &mut out,
+                sqn,
+                super::record::Kind::Put,
+                0,
+                b"k",
+                b"",
+                &[],
+                &value,
+            );
+        }
+        out
+    }
+
+    /// The file a spare was made from: a link (a new file's, or a reused one's) and records
+    /// 5..=9, its start written over with the spare's mark.
+    fn old_file(reused: bool) -> Vec<u8> {
+        let mut f = encode_link(Link {
+            prev_id: 1,
+            prev_len: 10,
+            floor: if reused { 3 } else { 0 },
+        });
+        f.extend_from_slice(&records(5..=9, 200));
+        f[..SPARE_MAGIC.len()].copy_from_slice(&SPARE_MAGIC);
+        f
+    }
+
+    /// A reused segment holds the records written since its link and none of the old file's,
+    /// wherever those sit: right after the link when no record followed it (the old file's
+    /// first record starts there when its own link was a reused one), or past the new records.
+    /// A spare's mark alone holds nothing.
+    #[test]
+    fn a_reused_segment_holds_only_the_records_written_over_it() {
+        use super::{scan, ScanEnd};
+        let link = encode_link(Link {
+            prev_id: 2,
+            prev_len: 99,
+            floor: 20,
+        });
+        for old_reused in [false, true] {
+            let old = old_file(old_reused);
+            for new in [0..=0, 21..=21, 21..=23] {
+                let mut bytes = old.clone();
+                let mut fresh = link.clone();
+                if !new.is_empty() && *new.start() > 0 {
+                    fresh.extend_from_slice(&records(new.clone(), 30));
+                }
+                bytes[..fresh.len()].copy_from_slice(&fresh);
+                let d = SimDisk::new();
+                let path = Path::new("/s.seg");
+                d.create(path).unwrap().append(&bytes).unwrap();
+                let mut got = Vec::new();
+                let end = scan(&d, path, 0, 0, |e, _| {
+                    got.push(e.sqn);
+                    Ok(())
+                })
+                .unwrap();
+                let want: Vec<u64> = new.clone().filter(|s| *s > 0).collect();
+                let case = format!("old file reused {old_reused}, new records {want:?}");
+                assert_eq!(got, want, "{case}");
+                match end {
+                    ScanEnd::TornTail { offset, .. } => {
+                        assert_eq!(offset, fresh.len() as u64, "{case}")
+                    }
+                    other => panic!("{case}: {other:?}"),
+                }
+            }
+            let d = SimDisk::new();
+            let path = Path::new("/s.seg");
+            d.create(path).unwrap().append(&old).unwrap();
+            assert_eq!(read_start(&d, path).unwrap(), Start::Spare);
+            let mut any = false;
+            let end = scan(&d, path, 0, 0, |_, _| {
+                any = true;
+                Ok(())
+            })
+            .unwrap();
+            assert!(!any && matches!(end, ScanEnd::Clean), "a spare: {end:?}");
+        }
+    }
+
+    /// A damaged record of the segment that was active, with valid records after it, is
+    /// writeback that never reached the disk when its header is what the file held before: zeros
+    /// in a new file, the old file's bytes in a reused one (any SQN outside this segment's).
+    /// With its own header (a torn body, a flipped bit) it is damage.
+    #[test]
+    fn a_hole_is_told_from_damage_by_the_header_the_file_held_before() {
+        use super::unwritten_at;
+        let d = SimDisk::new();
+        let path = Path::new("/s.seg");
+        let reused_link = encode_link(Link {
+            prev_id: 2,
+            prev_len: 99,
+            floor: 20,
+        });
+        let new = records(21..=25, 300);
+        let rec = new.len() / 5; // each record's length
+        for reused in [false, true] {
+            let (start, under) = if reused {
+                (reused_link.clone(), old_file(true))
+            } else {
+                (Vec::new(), vec![0u8; 4 * 1024])
+            };
+            let at = start.len() + 2 * rec; // record 23
+            let next_valid = (at + rec) as u64;
+            let mut written = under.clone();
+            written.resize(written.len().max(start.len() + new.len()), 0);
+            written[..start.len()].copy_from_slice(&start);
+            written[start.len()..start.len() + new.len()].copy_from_slice(&new);
+            // The hole: record 23's bytes are what the file held before.
+            let mut hole = written.clone();
+            let before: Vec<u8> = (at..at + rec)
+                .map(|i| under.get(i).copied().unwrap_or(0))
+                .collect();
+            hole[at..at + rec].copy_from_slice(&before);
+            // Damage: record 23 with its header, a body byte flipped.
+            let mut damaged = written.clone();
+            damaged[at + 40] ^= 1;
+            // Damage to the header's length only.
+            let mut bad_len = written.clone();
+            bad_len[at] ^= 0x10;
+            for (bytes, want, what) in [
+                (hole, true, "hole"),
+                (damaged, false, "damaged body"),
+                (bad_len, false, "damaged length"),
+            ] {
+                d.create(path).unwrap().append(&bytes).unwrap();
+                assert_eq!(
+                    unwritten_at(&d, path, at as u64, next_valid, 22).unwrap(),
+                    want,
+                    "reused {reused}: {what}"
+                );
+            }
+        }
+    }
+
+    /// Damage in a reused segment that was active is writeback that never reached the disk when
+    /// no valid record after it was written after a sync that covered it, and damage to synced
+    /// records when one was, looking past further damage for the record that knew. In a new
+    /// file a record with its own header damaged is damage either way.
+    #[test]
+    fn damage_is_lost_writeback_unless_a_later_record_knew_it_synced() {
+        use super::lost_writeback_at;
+        use super::record::{encode_unsequenced, seal, Kind};
+        use crate::value_codec::ValueCodec;
+        let rec = |sqn: u64, synced: u64| {
+            let mut out = Vec::new();
+            let value = vec![sqn as u8; 600];
+            encode_unsequenced(
+                &mut out,
+                Kind::Put,
+                0,
+                b"k",
+                b"",
+                &[],
+                &value,
+                ValueCodec::Raw,
+            );
+            seal(&mut out, sqn, synced);
+            out
+        };
+        let reused_link = encode_link(Link {
+            prev_id: 2,
+            prev_len: 99,
+            floor: 20,
+        });
+        // (synced SQN of records 21..=25, records damaged, lost writeback?)
+        let cases: &[([u64; 5], &[u64], bool)] = &[
+            ([20, 20, 20, 20, 20], &[23], true),
+            ([20, 20, 20, 22, 22], &[23], true),
+            ([20, 20, 20, 20, 23], &[23], false),
+            ([20, 20, 20, 21, 21], &[23], true),
+            ([19, 20, 21, 22, 24], &[23, 24], false),
+            ([19, 20, 21, 22, 22], &[23, 24], true),
+        ];
+        for reused in [false, true] {
+            for (synced, damaged, want) in cases {
+                // A new file reads a hole as zeros: a record whose header is its own is damage.
+                let want = &(*want && reused);
+                let mut bytes = if reused {
+                    reused_link.clone()
+                } else {
+                    Vec::new()
+                };
+                let mut at = Vec::new();
+                for (i, sqn) in (21..=25).enumerate() {
+                    at.push(bytes.len());
+                    bytes.extend_from_slice(&rec(sqn, synced[i]));
+                }
+                for d in *damaged {
+                    let start = at[(d - 21) as usize];
+                    bytes[start + 100] ^= 0x20; // in the body: the header stays this record's
+                }
+                let first = at[(damaged[0] - 21) as usize] as u64;
+                let next_valid = at[(damaged[damaged.len() - 1] - 21 + 1) as usize] as u64;
+                let d = SimDisk::new();
+                let path = Path::new("/s.seg");
+                d.create(path).unwrap().append(&bytes).unwrap();
+                let got = lost_writeback_at(&d, path, first, next_valid, damaged[0] - 1).unwrap();
+                assert_eq!(
+                    got, *want,
+                    "reused {reused}, synced {synced:?}, damaged {damaged:?}"
+                );
             }
         }
     }

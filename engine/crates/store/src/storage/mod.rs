@@ -24,13 +24,17 @@ use std::sync::Arc;
 pub use nowait::without_waiting;
 pub use sim::{FaultKind, FaultPlan, SimDisk, SimHook, SimOp};
 
-/// An open file. Reads are positional; writes only append (the engine never overwrites bytes).
+/// An open file. Reads are positional; writes append, except into a reused journal segment,
+/// whose old bytes are written over in place (`write_at`, `journal/spare.rs`).
 #[allow(clippy::len_without_is_empty)] // `len` is the file size; nothing asks for emptiness
 pub trait StorageFile: Send + Sync {
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read (0 at end of file).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Append all of `data` at the end of the file.
     fn append(&self, data: &[u8]) -> io::Result<()>;
+    /// Write all of `data` at `offset`, over what is there and past the end if it runs on. Only
+    /// on a file opened with [`Storage::open_overwrite`] (an appending one ignores `offset`).
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
     /// Cut (or extend with zeros) the file to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Make the file's data (and its size) durable.
@@ -93,6 +97,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
     /// Open an existing file for reading (and appending / truncating if `write`).
     fn open(&self, path: &Path, write: bool) -> io::Result<Arc<dyn StorageFile>>;
+    /// Open an existing file for reading and positional writes ([`StorageFile::write_at`]).
+    fn open_overwrite(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
     /// Rename `from` to `to`, replacing `to` if it exists.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Remove a file.
@@ -142,6 +148,9 @@ impl StorageFile for RealFile {
     fn append(&self, data: &[u8]) -> io::Result<()> {
         use std::io::Write;
         (&self.0).write_all(data)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(data, offset)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
@@ -206,6 +215,10 @@ impl Storage for RealStorage {
             return Err(nowait::would_wait("opening a file"));
         }
         let f = OpenOptions::new().read(true).append(write).open(path)?;
+        Ok(Arc::new(RealFile(f)))
+    }
+    fn open_overwrite(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(Arc::new(RealFile(f)))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

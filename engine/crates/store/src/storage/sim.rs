@@ -5,8 +5,9 @@
 //! entries and the durable ones (as of the last `sync_dir` of each directory). [`SimDisk::power_cut`]
 //! returns the disk a machine would find after losing power: only durable entries and, for each
 //! file, its durable bytes plus (optionally) a random prefix of what was appended after them — a
-//! torn write. A failed `sync_data` loses the dirty bytes for good: a later successful sync
-//! persists zeros in their place, as Linux may after an fsync error.
+//! torn write — and, of what was written over bytes the disk held (a reused journal segment), any
+//! subset of whole 512-byte sectors. A failed `sync_data` loses the dirty bytes for good: a later successful sync persists
+//! what the disk held there before (zeros past its old end), as Linux may after an fsync error.
 //!
 //! A [`FaultPlan`] injects errors: at one numbered operation, at random by a seed, or a crash at a
 //! numbered operation after which every call fails (the machine stopped; call `power_cut` next).
@@ -65,24 +66,40 @@ pub struct FaultPlan {
 struct Inode {
     data: Vec<u8>,
     durable: Vec<u8>,
-    /// Byte ranges whose dirty data a failed sync dropped: persisted as zeros by a later sync.
+    /// Byte ranges whose dirty data a failed sync dropped: a later sync persists what the disk
+    /// held there before (zeros past its old end).
     lost: Vec<(usize, usize)>,
 }
 
 impl Inode {
+    /// What a successful sync makes durable: the data, except ranges a failed sync lost, which
+    /// keep what the disk held before (zeros past its old end).
     fn synced_image(&self) -> Vec<u8> {
         let mut d = self.data.clone();
         for &(a, b) in &self.lost {
             let b = b.min(d.len());
-            if a < b {
-                d[a..b].fill(0);
+            for (i, byte) in d.iter_mut().enumerate().take(b).skip(a) {
+                *byte = self.durable.get(i).copied().unwrap_or(0);
             }
         }
         d
     }
+
+    /// Where the data first differs from the durable bytes: everything before is clean.
+    fn clean_prefix(&self) -> usize {
+        self.data
+            .iter()
+            .zip(&self.durable)
+            .position(|(a, b)| a != b)
+            .unwrap_or(self.data.len().min(self.durable.len()))
+    }
 }
 
 type InodeRef = Arc<Mutex<Inode>>;
+
+/// The unit a power cut never tears: bytes written over what the disk held are kept or lost a
+/// sector at a time.
+const SECTOR_BYTES: usize = 512;
 
 struct Namespace {
     files: HashMap<PathBuf, InodeRef>,
@@ -225,12 +242,37 @@ impl SimDisk {
             let ino = ns.durable_files[p].lock();
             let mut data = ino.durable.clone();
             if torn {
+                // The dirty bytes from the first one that differs from the disk. Those appended
+                // past the old end keep a prefix (writeback in file order, cut anywhere). Those
+                // written over bytes the disk held (a reused journal segment) keep any subset of
+                // their sectors: writeback and the device's cache reorder them, and a device
+                // writes a sector whole or not at all (what a reused segment's link at offset 0
+                // relies on).
                 rng = splitmix(rng);
-                let extra = ino.data.len().saturating_sub(data.len());
-                if extra > 0 && ino.data.starts_with(&data) && !rng.is_multiple_of(3) {
-                    let keep = (splitmix(rng) % (extra as u64 + 1)) as usize;
+                let from = ino.clean_prefix();
+                if ino.data.len() > from && !rng.is_multiple_of(3) {
                     let img = ino.synced_image();
-                    data.extend_from_slice(&img[data.len()..data.len() + keep]);
+                    let old_end = ino.durable.len().min(ino.data.len()).max(from);
+                    // How many of the overwritten sectors reach the disk: a quarter, half or
+                    // three quarters of them, each one at random.
+                    rng = splitmix(rng);
+                    let quarters = 1 + rng % 3;
+                    let mut at = from;
+                    while at < old_end {
+                        let end = ((at / SECTOR_BYTES + 1) * SECTOR_BYTES).min(old_end);
+                        rng = splitmix(rng);
+                        if rng % 4 < quarters {
+                            data[at..end].copy_from_slice(&img[at..end]);
+                        }
+                        at = end;
+                    }
+                    let extra = ino.data.len() - old_end;
+                    if extra > 0 {
+                        let keep = (splitmix(rng) % (extra as u64 + 1)) as usize;
+                        let end = old_end + keep;
+                        data.resize(end.max(data.len()), 0);
+                        data[old_end..end].copy_from_slice(&img[old_end..end]);
+                    }
                 }
             }
             files.insert(
@@ -413,6 +455,18 @@ impl StorageFile for SimFile {
         self.ino.lock().data.extend_from_slice(data);
         Ok(())
     }
+    /// Counted (and faulted) as an append: it is the journal's write.
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        self.disk.step(SimOp::Append)?;
+        let mut ino = self.ino.lock();
+        let (at, end) = (offset as usize, offset as usize + data.len());
+        if ino.data.len() < end {
+            ino.data.resize(end, 0);
+        }
+        ino.data[at..end].copy_from_slice(data);
+        Ok(())
+    }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.check_writable()?;
         self.disk.step(SimOp::SetLen)?;
@@ -432,7 +486,7 @@ impl StorageFile for SimFile {
             Err(e) => {
                 if !self.disk.is_dead() {
                     // The kernel dropped the dirty pages' errors: their data never reaches the disk.
-                    let from = ino.durable.len().min(ino.data.len());
+                    let from = ino.clean_prefix();
                     let to = ino.data.len();
                     if from < to {
                         ino.lost.push((from, to));
@@ -496,6 +550,9 @@ impl Storage for SimDisk {
         let ns = self.s.ns.lock();
         let ino = ns.files.get(path).cloned().ok_or_else(|| not_found(path))?;
         Ok(self.file(ino, write))
+    }
+    fn open_overwrite(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(path, true)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.step(SimOp::Rename)?;
@@ -655,6 +712,54 @@ mod tests {
             seen.insert(got.len());
         }
         assert!(seen.len() > 3, "torn lengths seen: {seen:?}");
+    }
+
+    /// Bytes written over in place (a reused journal segment) reach the disk a whole sector at a
+    /// time, in any order: after a power cut each sector is all new or all old, any mix of them
+    /// (later ones without earlier ones too); what ran past the old end keeps a prefix; the file
+    /// keeps its old length. Synced, they all stay.
+    #[test]
+    fn bytes_written_over_in_place_keep_any_whole_sectors_after_a_power_cut() {
+        let old = vec![b'o'; 4 * SECTOR_BYTES];
+        let mut patterns = HashSet::new();
+        let mut later_without_earlier = false;
+        for seed in 0..64 {
+            let (d, f) = disk_with_synced_file("/a/x", &old);
+            d.sync_dir(&p("/a")).unwrap();
+            f.write_at(b"abc", 0).unwrap();
+            f.sync_data().unwrap();
+            // Over every sector from byte 3 on, and 100 bytes past the old end.
+            f.write_at(&[b'n'; 4 * SECTOR_BYTES + 97], 3).unwrap();
+            let got = d.power_cut(seed, true).read(&p("/a/x")).unwrap();
+            assert!(got.starts_with(b"abc"), "{:?}", &got[..8]);
+            assert!(got.len() >= old.len(), "the file lost its old length");
+            let mut pattern = Vec::new();
+            for (i, sector) in got[..old.len()].chunks(SECTOR_BYTES).enumerate() {
+                let body = if i == 0 { &sector[3..] } else { sector };
+                let new = body.iter().all(|b| *b == b'n');
+                assert!(new || body.iter().all(|b| *b == b'o'), "sector {i} torn");
+                pattern.push(new);
+            }
+            let past = &got[old.len()..];
+            assert!(
+                past.iter().all(|b| *b == b'n'),
+                "past the old end: a prefix of the new bytes"
+            );
+            later_without_earlier |= pattern.windows(2).any(|w| !w[0] && w[1]);
+            patterns.insert(pattern);
+        }
+        assert!(patterns.len() > 4, "sector patterns seen: {patterns:?}");
+        assert!(
+            later_without_earlier,
+            "no later sector reached the disk without an earlier one"
+        );
+        let (d, f) = disk_with_synced_file("/a/x", &old);
+        d.sync_dir(&p("/a")).unwrap();
+        f.write_at(&[b'n'; 4 * SECTOR_BYTES + 97], 3).unwrap();
+        f.sync_data().unwrap();
+        let got = d.power_cut(7, true).read(&p("/a/x")).unwrap();
+        assert_eq!(got.len(), 4 * SECTOR_BYTES + 100);
+        assert!(got[3..].iter().all(|b| *b == b'n'), "synced bytes all kept");
     }
 
     #[test]

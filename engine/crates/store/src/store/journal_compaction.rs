@@ -119,7 +119,9 @@ impl Inner {
             packed,
             codec,
         );
-        record::seal(out, rec.sqn);
+        // No synced SQN: a compaction output is closed and listed, and recovery reads it only
+        // for records it already holds (`lost_writeback_at` is for the active segment).
+        record::seal(out, rec.sqn, 0);
         Ok(true)
     }
 
@@ -368,7 +370,7 @@ impl Inner {
         }
         sync_dir(&*self.disk, &dir)?;
         for s in run {
-            s.mark_obsolete();
+            s.mark_obsolete(self.journal.spares.as_ref());
         }
         report.seconds = started.elapsed().as_secs_f64();
         self.c.compaction_runs.fetch_add(1, Ordering::Relaxed);

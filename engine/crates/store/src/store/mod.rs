@@ -124,8 +124,9 @@ struct JournalFiles {
     active: Arc<dyn StorageFile>,
     /// Files of segments rolls replaced whose tails are not yet synced, oldest first. Every sync
     /// of the active file syncs these first (`Inner::sync_rolled`), so nothing in a newer segment
-    /// is called durable while an older one's tail may still be lost.
-    unsynced: Vec<Arc<dyn StorageFile>>,
+    /// is called durable while an older one's tail may still be lost. With each, the length a
+    /// reused file is cut to first (`RolledOut::cut_to`).
+    unsynced: Vec<(Arc<dyn StorageFile>, Option<u64>)>,
 }
 
 struct ManifestState {

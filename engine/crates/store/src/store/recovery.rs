@@ -3,6 +3,7 @@
 //! the checks that no acknowledged write is silently missing.
 
 use super::*;
+use crate::journal::spare::{spare_path, Spares};
 
 pub(super) fn list_ids(disk: &Disk, dir: &Path, ext: &str) -> Result<Vec<u64>> {
     let mut ids = Vec::new();
@@ -102,6 +103,10 @@ impl Store {
                 remove_if_exists(&*disk, &cseg)?;
                 remove_if_exists(&*disk, &segment::idx_path(&journal_dir, id))?;
             }
+        }
+        // Spares are made again from the segments compaction replaces from now on.
+        for n in list_ids(&disk, &journal_dir, ".spare")? {
+            remove_if_exists(&*disk, &spare_path(&journal_dir, n))?;
         }
         sync_dir(&*disk, &journal_dir)?;
         let mut ids = Vec::new();
@@ -207,8 +212,19 @@ impl Store {
                 let path = segment::seg_path(&journal_dir, id);
                 let mut entries: Vec<IdxEntry> = Vec::new();
                 let mut start = 0u64;
+                let begins = segment::read_start(&*disk, &path)?;
+                if begins == segment::Start::Spare {
+                    // A spare a roll renamed into place whose link never reached the disk: it
+                    // holds none of this segment's records, and its length says so to the
+                    // segment after it (whose records, if any survived, come after a hole).
+                    log::warn!(
+                        "journal segment {}: a reused file whose link was lost; it holds no records",
+                        path.display()
+                    );
+                    truncate_durably(&*disk, &path, 0)?;
+                }
                 let may_cut = !listed_closed
-                    && match segment::read_start(&*disk, &path)? {
+                    && match begins {
                         segment::Start::Linked(l) => {
                             lengths.get(&l.prev_id).is_some_and(|&len| len < l.prev_len)
                         }
@@ -245,17 +261,25 @@ impl Store {
                         }
                     }
                     // In the segment that was active (the manifest does not list it closed; a
-                    // compaction output may have a higher id), a record whose header was never written
-                    // (zeros) is writeback lost to a failed fdatasync or a power cut, even with
-                    // later records after it: a successful sync covering those would have made
-                    // this range durable too, so none of them was acknowledged as durable. Cut
-                    // the segment there. Any other damage is corruption.
+                    // compaction output may have a higher id), damage that no record written
+                    // after it knew to be synced (each carries the synced SQN of its time; older
+                    // records: a header never written, zeros in a new file or the old file's
+                    // bytes in a reused one) is writeback lost to a failed fdatasync or a power
+                    // cut, even with later records after it: none of them was acknowledged as
+                    // durable. Cut the segment there. Any other damage is corruption.
+                    // The record before the damage: this segment's last good one, or the last
+                    // of the segments before it (SQNs run on from one segment to the next).
+                    let last_good = entries.last().map_or(max_sqn, |e| e.sqn);
                     let end = match end {
                         ScanEnd::Corrupt {
                             offset,
                             reason,
                             next_valid,
-                        } if !listed_closed && segment::zero_header_at(&*disk, &path, offset)? => {
+                        } if !listed_closed
+                            && segment::lost_writeback_at(
+                                &*disk, &path, offset, next_valid, last_good,
+                            )? =>
+                        {
                             log::warn!(
                                 "journal segment {}: never-written bytes at offset {offset} with records \
                                  after them at {next_valid}: lost writeback, none of it acknowledged",
@@ -336,7 +360,19 @@ impl Store {
         let (active_seg, file) = Segment::create(&disk, &journal_dir, next_segment_id)?;
         segments.push(active_seg.clone());
         sync_dir(&*disk, &journal_dir)?;
-        let journal = Arc::new(Journal::new(journal_dir, segments, cfg.max_value_bytes));
+        let spares = (cfg.journal_spare_segments > 0).then(|| {
+            Arc::new(Spares::new(
+                journal_dir.clone(),
+                cfg.journal_spare_segments,
+                cfg.journal_segment_bytes / 2,
+            ))
+        });
+        let journal = Arc::new(Journal::new(
+            journal_dir,
+            segments,
+            cfg.max_value_bytes,
+            spares,
+        ));
         let writer = JournalWriter::new(active_seg, file);
         let journal_files = Ranked::mutex(
             Rank::JournalFiles,
@@ -477,6 +513,75 @@ fn truncate_durably(disk: &dyn crate::storage::Storage, path: &Path, len: u64) -
 mod tests {
     use super::*;
     use crate::storage::SimDisk;
+
+    /// A roll renamed a spare into place and the power went before its link reached the disk:
+    /// the segment still begins with the spare's mark. It holds none of its records, and it
+    /// reads as empty to the segment after it, whose records (written back before the power
+    /// went, none acknowledged) come after that hole and are cut; the store opens with what it
+    /// had. Were the marked file's old length taken for its own, those records would read as a
+    /// gap and the open would fail.
+    #[test]
+    fn a_segment_still_marked_as_a_spare_holds_nothing_and_what_follows_it_is_cut() {
+        let disk = SimDisk::new();
+        let cfg = Config::small_for_tests();
+        let dir = Path::new("/db");
+        let s = Store::open_on(disk.handle(), dir, cfg.clone()).unwrap();
+        for i in 0..10 {
+            s.put(b"b", format!("k{i}").as_bytes(), b"v0", b"", &[])
+                .unwrap();
+        }
+        let last = s.stats().last_sqn;
+        s.close().unwrap();
+        let jdir = dir.join("journal");
+        let h = disk.handle();
+        let next = list_ids(&h, &jdir, ".seg").unwrap().last().unwrap() + 1;
+        let write = |id: u64, bytes: &[u8]| {
+            let f = h.create(&segment::seg_path(&jdir, id)).unwrap();
+            f.append(bytes).unwrap();
+            f.sync_data().unwrap();
+        };
+        let mut marked = segment::SPARE_MAGIC.to_vec();
+        for sqn in 1..=20 {
+            record::encode(
+                &mut marked,
+                sqn,
+                Kind::Put,
+                0,
+                b"old",
+                b"",
+                &[],
+                &[9u8; 300],
+            );
+        }
+        write(next, &marked);
+        let link = segment::encode_link(segment::Link {
+            prev_id: next,
+            prev_len: 5000,
+            floor: 0,
+        });
+        let mut after = link.clone();
+        for sqn in last + 3..=last + 4 {
+            record::encode(&mut after, sqn, Kind::Put, 0, b"new", b"", &[], b"x");
+        }
+        write(next + 1, &after);
+        h.sync_dir(&jdir).unwrap();
+        assert!(
+            marked.len() > 5000,
+            "the marked file must be longer than the link says"
+        );
+
+        let s = Store::open_on(disk.handle(), dir, cfg).unwrap();
+        for i in 0..10 {
+            let got = s.get(b"b", format!("k{i}").as_bytes()).unwrap().unwrap();
+            assert_eq!(got.value, b"v0", "k{i}");
+        }
+        assert_eq!(
+            s.stats().last_sqn,
+            last,
+            "no record of the cut segments was taken"
+        );
+        s.close().unwrap();
+    }
 
     fn loaded(s: &Store) -> (usize, usize) {
         let segs = s.inner.journal.segments();

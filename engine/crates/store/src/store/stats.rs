@@ -53,6 +53,11 @@ pub struct Stats {
     /// once a flush has completed.
     pub journal_synced_sqn: Sqn,
     pub journal_segments: u64,
+    /// Replaced segment files kept as spares since open (`Config::journal_spare_segments`), rolls
+    /// that wrote a segment over one, and spares ready now.
+    pub journal_spares_made: u64,
+    pub journal_spares_reused: u64,
+    pub journal_spares_ready: u64,
     pub ledger_files_per_level: Vec<u64>,
     /// Damaged SST parts found so far (data blocks failing their checksum; an unreadable index,
     /// bloom or footer counts one). Reads of their keys return `Error::Corruption`.
@@ -138,6 +143,9 @@ impl Store {
             last_sqn: i.last_sqn.load(Ordering::Acquire),
             journal_synced_sqn,
             journal_segments: i.journal.segments().len() as u64,
+            journal_spares_made: i.journal.spares.as_ref().map_or(0, |s| l(&s.made)),
+            journal_spares_reused: i.journal.spares.as_ref().map_or(0, |s| l(&s.taken)),
+            journal_spares_ready: i.journal.spares.as_ref().map_or(0, |s| s.ready() as u64),
             ledger_files_per_level: version.levels.iter().map(|l| l.len() as u64).collect(),
             ledger_damaged_blocks: version
                 .levels

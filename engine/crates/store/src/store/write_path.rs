@@ -339,9 +339,12 @@ impl Inner {
         }
         let first = w.next_sqn;
         let mut records = Vec::with_capacity(jobs.len());
+        // Every record up to it was fdatasynced before these are appended: recovery tells damage
+        // to synced records from an unsynced tail by it (`segment::lost_writeback_at`).
+        let synced = self.synced_sqn.load(Ordering::Acquire);
         for (i, job) in jobs.iter_mut().enumerate() {
             let sqn = first + i as u64;
-            record::seal(&mut job.buf, sqn);
+            record::seal(&mut job.buf, sqn, synced);
             records.push((sqn, job.buf.len() as u32));
         }
         let incoming: usize = jobs.iter().map(|j| j.buf.len()).sum();
@@ -422,7 +425,11 @@ impl Inner {
                 let failed = self.sync.lock().failed.clone();
                 let rolled = match failed {
                     Some(f) => Err(Error::Poisoned(f)),
-                    None => w.journal.roll(&self.disk, &self.journal.dir, id),
+                    None => {
+                        let spare = self.journal.spares.as_ref().and_then(|s| s.take());
+                        w.journal
+                            .roll(&self.disk, &self.journal.dir, id, spare, sqn)
+                    }
                 };
                 w.unsynced_bytes = 0;
                 match rolled {
@@ -432,7 +439,7 @@ impl Inner {
                         *self.journal_dir_due.lock() = true;
                         {
                             let mut files = self.journal_files.lock();
-                            files.unsynced.push(old.file);
+                            files.unsynced.push((old.file, old.cut_to));
                             files.active = w.journal.file.clone();
                         }
                         self.journal.push(w.journal.seg.clone());
@@ -707,7 +714,16 @@ impl Inner {
                 files.active.clone(),
             )
         };
-        for file in &unsynced {
+        for (file, cut_to) in &unsynced {
+            if let Some(len) = cut_to {
+                // A reused file: the old file's bytes past its records go before its tail is
+                // synced (the sync makes the new length durable with the data).
+                if let Err(e) = file.set_len(*len) {
+                    return Err(self.poison_journal(format!(
+                        "cutting a reused journal segment to its records failed: {e}"
+                    )));
+                }
+            }
             self.sync_journal_file(&**file, "fdatasync of a rolled-out journal segment")?;
         }
         if !unsynced.is_empty() {

@@ -105,8 +105,10 @@ fn journal_record_at(seg: &[u8], pos: usize) -> Option<(Vec<u8>, u64)> {
     loop {
         let end = at + 8 + u32_at(seg, at) as usize;
         if pos < end {
-            // body: sqn:u64 · kind:u8 · timestamp:u64 · ledger_key:bytes · ...
-            let mut k = at + 8 + 17;
+            // body: sqn:u64 · kind:u8 · [synced:u64 when kind has 0x08] · timestamp:u64 ·
+            // ledger_key:bytes · ...
+            let synced = if seg[at + 8 + 8] & 0x08 != 0 { 8 } else { 0 };
+            let mut k = at + 8 + 17 + synced;
             let key = user_key(bytes_at(seg, &mut k)).unwrap().to_vec();
             return Some((key, u64_at(seg, at + 8)));
         }

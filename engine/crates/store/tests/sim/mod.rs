@@ -91,6 +91,9 @@ pub fn config(mode: SyncMode) -> Config {
         sync_on_write: mode,
         journal_segment_bytes: 16 << 10,
         journal_segment_records: 40,
+        // Rolls write over segments compaction replaced, so every cut point can fall in a reused
+        // file (its link, its records over old ones, its cut to length).
+        journal_spare_segments: 2,
         journal_bytes_per_sync: 4 << 10,
         memtable_bytes: 3 << 10,
         sst_target_bytes: 2 << 10,

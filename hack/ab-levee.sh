@@ -7,6 +7,9 @@
 #          e2e/scenarios/16k_nosync.toml 60s 2
 # Build the old side first (check it out, `make bench-build`, copy engine/target/release/levee-bench
 # away), then the new one. Run nothing else meanwhile. OUT (default out/ab) keeps each run's CSVs.
+# OLD_ARGS / NEW_ARGS: extra `levee-bench run` options for one side (one binary, two settings:
+#   OLD_ARGS="--journal-spares 0" hack/ab-levee.sh B B e2e/scenarios/8k_sync.toml 60s 3).
+# AB_DEVICE=vda: also print the GB that block device wrote during each run (/sys/block/*/stat).
 set -euo pipefail
 [ $# -ge 5 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
 old=$1 new=$2 scenario=$3 duration=$4 pairs=$5 out=${6:-out/ab}
@@ -19,11 +22,16 @@ for i in $(seq 1 "$pairs"); do
     bin=$old; [ "$side" = new ] && bin=$new
     dir=$out/$stem-$side-$i
     mkdir -p "$out"
-    "$bin" run "$scenario" --driver levee --duration "$duration" --quiet --out "$dir" --force \
+    args=${OLD_ARGS:-}; [ "$side" = new ] && args=${NEW_ARGS:-}
+    sectors() { if [ -n "${AB_DEVICE:-}" ]; then awk '{print $7}' "/sys/block/$AB_DEVICE/stat"; else echo 0; fi; }
+    s0=$(sectors)
+    # shellcheck disable=SC2086 # the extra options are words
+    "$bin" run "$scenario" --driver levee --duration "$duration" --quiet --out "$dir" --force $args \
       > /dev/null 2> "$dir.stderr" || { cat "$dir.stderr" >&2; exit 1; }
+    s1=$(sectors)
     rm -rf "$dir/data"
     # summary.csv: elapsed, window, total, successful, failed (basho_bench's columns).
-    awk -F, -v side="$side" -v i="$i" '
+    awk -F, -v side="$side" -v i="$i" -v dev="${AB_DEVICE:-}" -v s0="$s0" -v s1="$s1" '
       NR > 1 { t[NR] = $1; w[NR] = $2; ok[NR] = $4; n = NR }
       END {
         half = t[n] / 2
@@ -31,7 +39,9 @@ for i in $(seq 1 "$pairs"); do
           sw += w[r]; so += ok[r]
           if (t[r] > half) { hw += w[r]; ho += ok[r] }
         }
-        printf "%s %d: run %.1f k ops/s, 2nd half %.1f k ops/s\n", side, i, so / sw / 1000, ho / hw / 1000
+        printf "%s %d: run %.1f k ops/s, 2nd half %.1f k ops/s", side, i, so / sw / 1000, ho / hw / 1000
+        if (dev != "") printf ", %s wrote %.1f GB", dev, (s1 - s0) * 512 / 1e9
+        printf "\n"
       }' "$dir/summary.csv"
   done
 done

@@ -120,6 +120,9 @@ impl Levee {
             journal_segment_bytes: s
                 .journal_segment_mb
                 .map_or(defaults.journal_segment_bytes, |m| m << 20),
+            journal_spare_segments: s
+                .journal_spare_segments
+                .unwrap_or(defaults.journal_spare_segments),
             compaction_busy_percent: s
                 .compaction_busy_percent
                 .unwrap_or(defaults.compaction_busy_percent),

@@ -76,6 +76,10 @@ enum Cmd {
         /// levee only: roll journal segments at this many MiB (the store's default: 256).
         #[arg(long)]
         journal_segment_mb: Option<u64>,
+        /// levee only: keep this many replaced journal segment files for rolls to write over,
+        /// 0–16 (the store's default: 2).
+        #[arg(long)]
+        journal_spares: Option<usize>,
         /// levee only: the percent of the time a journal compaction works, 1–100 (the store's
         /// default: 100, unpaced).
         #[arg(long)]
@@ -186,6 +190,7 @@ fn main() -> Result<()> {
             journal_check,
             compaction_mb_per_sec,
             journal_segment_mb,
+            journal_spares,
             aae_busy_percent,
             compaction_busy_percent,
             compaction_nice,
@@ -210,6 +215,9 @@ fn main() -> Result<()> {
             }
             if journal_segment_mb.is_some() {
                 s.journal_segment_mb = journal_segment_mb;
+            }
+            if journal_spares.is_some() {
+                s.journal_spare_segments = journal_spares;
             }
             if compaction_busy_percent.is_some() {
                 s.compaction_busy_percent = compaction_busy_percent;

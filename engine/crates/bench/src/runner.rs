@@ -459,10 +459,13 @@ pub fn run(s: &Scenario, driver: Arc<dyn Driver>, out: &Path, quiet: bool) -> Re
     if s.driver == "levee" {
         meta.push_str(&format!(
             "journal_segment_mb={}
+journal_spare_segments={}
 compact_journal_every={}
 ",
             s.journal_segment_mb
                 .unwrap_or(levee_store::Config::default().journal_segment_bytes >> 20),
+            s.journal_spare_segments
+                .unwrap_or(levee_store::Config::default().journal_spare_segments),
             s.compact_journal_every.as_deref().unwrap_or("off")
         ));
     }

@@ -22,6 +22,7 @@
 //! compression_point = "on_receipt"  # optional, levee only: or "on_compact"
 //! compaction_mb_per_sec = 200    # optional, levee only: journal compaction's pace (unpaced by default)
 //! journal_segment_mb = 1024      # optional, levee only: journal segment roll size (default 256)
+//! journal_spare_segments = 0     # optional, levee only: replaced segments kept to write over (default 2)
 //! compaction_busy_percent = 25  # optional, levee only: percent of the time a compaction works (default 100)
 //! aae_rebuild_busy_percent = 100 # optional, levee only: percent of the time a rebuild works (default 10)
 //! compaction_nice = 0            # optional, levee only: nice value of the compaction thread (default 10)
@@ -99,6 +100,10 @@ pub struct Scenario {
     /// the store's default (256 MiB) when absent.
     #[serde(default)]
     pub journal_segment_mb: Option<u64>,
+    /// levee only: replaced journal segment files kept for rolls to write over, 0–16
+    /// (`journal_spare_segments`); the store's default (2) when absent.
+    #[serde(default)]
+    pub journal_spare_segments: Option<usize>,
     /// levee only: the percent of the time a journal compaction works, 1–100
     /// (`compaction_busy_percent`); the store's default (100: unpaced) when absent.
     #[serde(default)]
@@ -431,6 +436,16 @@ impl Scenario {
             ),
             _ => {}
         }
+        match self.journal_spare_segments {
+            Some(17..) => bail!(
+                "journal_spare_segments must be 0 to 16 (leave it out for the store's default)"
+            ),
+            Some(_) if self.driver != "levee" => bail!(
+                "journal_spare_segments is levee's count of reused journal segments, not for driver {}",
+                self.driver
+            ),
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -479,6 +494,8 @@ mod tests {
         assert!(bad("journal_segment_mb = 0").contains("1 to 4096"));
         assert!(bad("journal_segment_mb = 5000").contains("1 to 4096"));
         assert!(bad("driver = \"rocksdb\"\njournal_segment_mb = 64").contains("levee's"));
+        assert!(bad("journal_spare_segments = 17").contains("0 to 16"));
+        assert!(bad("driver = \"fjall\"\njournal_spare_segments = 1").contains("levee's"));
         assert!(bad("compaction_busy_percent = 0").contains("1 to 100"));
         assert!(bad("driver = \"fjall\"\ncompaction_busy_percent = 50").contains("levee's"));
         assert!(bad("aae_rebuild_busy_percent = 0").contains("1 to 100"));

@@ -227,9 +227,12 @@ fn five_get_one_update(driver: &str) {
         reporting,
         "{driver}: {meta}"
     );
-    // levee's runs say how large its journal segments were and how often it compacted.
+    // levee's runs say how large its journal segments were, how many spares it kept and how
+    // often it compacted.
     assert_eq!(
-        meta.contains("\njournal_segment_mb=256\ncompact_journal_every=off\n"),
+        meta.contains(
+            "\njournal_segment_mb=256\njournal_spare_segments=2\ncompact_journal_every=off\n"
+        ),
         driver == "levee",
         "{driver}: {meta}"
     );

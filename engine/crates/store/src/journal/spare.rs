@@ -71,6 +71,13 @@ impl Spares {
         self.ready.lock().len()
     }
 
+    /// Remove every spare ready (a closing store: the next open would remove them anyway).
+    pub(crate) fn remove_all(&self, disk: &dyn Storage) {
+        for p in self.ready.lock().drain(..) {
+            crate::fsutil::remove_quietly(disk, &p);
+        }
+    }
+
     /// Make the replaced segment file at `seg` a spare if one is wanted and it is large enough
     /// (the reaper, with no reader left holding it). `Ok(false)`: not wanted; the caller removes
     /// it. An error leaves the file for the caller to remove.
@@ -132,7 +139,7 @@ mod tests {
     /// On real files: rolls write segments over spares, every value reads back before and after
     /// a restart and after a crash, and every segment file on disk holds its own records and
     /// nothing after them (a reused file is cut to its records once rolled out), so a scan of
-    /// each ends clean. No spare outlives an open.
+    /// each ends clean. No spare outlives a close, or an open after a crash.
     #[test]
     fn rolls_write_over_spares_and_each_segment_file_ends_with_its_records() {
         let dir = tempfile::tempdir().unwrap();
@@ -160,9 +167,27 @@ mod tests {
             "no roll wrote over a spare: {st:?}"
         );
         check(&s, &latest, "live");
+        // Spares ready when the store closes: the close removes them.
+        s.flush().unwrap();
+        s.compact_journal().unwrap();
+        assert!(
+            s.stats().journal_spares_ready > 0,
+            "no spare ready at close"
+        );
         s.close().unwrap();
 
         let jdir = dir.path().join("journal");
+        let spares = |when: &str| {
+            let n = std::fs::read_dir(&jdir)
+                .unwrap()
+                .filter(|e| {
+                    let p = e.as_ref().unwrap().path();
+                    p.extension().is_some_and(|x| x == "spare")
+                })
+                .count();
+            assert_eq!(n, 0, "spares left {when}");
+        };
+        spares("after close");
         let disk: crate::storage::Disk = Arc::new(RealStorage);
         let mut seen = 0;
         for name in std::fs::read_dir(&jdir).unwrap() {
@@ -181,22 +206,18 @@ mod tests {
         assert!(seen > 1, "segments scanned: {seen}");
 
         let s = Store::open(dir.path(), cfg.clone()).unwrap();
-        let spares = std::fs::read_dir(&jdir)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|x| x == "spare")
-            })
-            .count();
-        assert_eq!(spares, 0, "spares left after open");
         check(&s, &latest, "reopened");
         churn(&s, 4, 300, true, &mut latest);
         assert!(s.stats().journal_spares_reused > 0);
+        s.flush().unwrap();
+        s.compact_journal().unwrap();
+        assert!(
+            s.stats().journal_spares_ready > 0,
+            "no spare ready at the crash"
+        );
         s.simulate_crash();
         let s = Store::open(dir.path(), cfg).unwrap();
+        spares("after an open that followed a crash");
         check(&s, &latest, "after a crash");
         s.close().unwrap();
     }

@@ -76,6 +76,10 @@ impl Store {
         // compaction replaced) go on the reaper thread: let it finish with them, so a closed
         // directory holds only what the manifest lists before another open may take it.
         crate::reaper::barrier();
+        // Spares serve this open's rolls only (the next open removes any left): none outlives it.
+        if let Some(spares) = &self.inner.journal.spares {
+            spares.remove_all(&*self.inner.disk);
+        }
         self.lock.lock().take();
         result
     }

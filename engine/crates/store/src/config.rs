@@ -41,10 +41,10 @@ pub struct Config {
     /// Only files of at least half `journal_segment_bytes` are kept. In `sync` mode this is
     /// worth having: the fdatasync of a write into an old file's blocks commits nothing in the
     /// filesystem's own journal (docs/benchmarks.md, "Reused segments"). Each spare holds its
-    /// disk space until a roll takes it; spares are removed when the store closes (and any a crash
-    /// left, when it opens). Recovery takes
-    /// damage in a reused segment's tail that no later record knew synced for lost writeback
-    /// (docs/engine.md, "Reused segments"); 0 keeps the stricter check of new files.
+    /// disk space until a roll takes it; spares are removed when the store closes (and any a
+    /// crash left, when it opens). Recovery takes damage in a reused segment's tail that no
+    /// later record knew synced for lost writeback (docs/engine.md, "Reused segments"); 0 keeps
+    /// the stricter check of new files.
     pub journal_spare_segments: usize,
     /// With `sync_on_write = none`, ask the background syncer to fdatasync the active segment each
     /// time this many bytes have been appended since the last request (0: never); writers do not

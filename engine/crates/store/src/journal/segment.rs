@@ -16,9 +16,9 @@
 //! A *reused* segment is the file of a segment journal compaction replaced, written over from
 //! the start (`spare.rs`): past its records lie the old file's bytes, whose records all carry
 //! SQNs up to `floor`. Recovery takes no record at or below the floor as this segment's, and
-//! reads a damaged record whose header is not one of this segment's SQNs as old bytes never
-//! written over (a hole of lost writeback, as zeros are in a new file). A file that begins with
-//! `spare` was made a spare and holds no records of its own.
+//! tells a hole of lost writeback in it (old bytes, where a new file has zeros) from damage by
+//! the synced SQN later records carry ([`lost_writeback_at`]). A file that begins with `spare`
+//! was made a spare and holds no records of its own.
 //!
 //! The index of the active segment lives only in memory and is rebuilt by scanning the file on open.
 //! A closed segment whose records the ledger has all persisted is opened *lazily*: its SQN range

@@ -15,7 +15,10 @@
 //!    the mark. A sync that acknowledges any record of the segment syncs the link with it and the
 //!    directory before it. A crash before that finds the mark: the segment holds nothing.
 //! 3. Once rolled out, the segment is cut to its records' end before the sync of its tail, so a
-//!    closed segment holds its own records only.
+//!    closed segment holds its own records only. A closing store removes its spares.
+//!
+//! A power cut during a write over an old file leaves its sectors new and old in any mix; the
+//! synced SQN each record carries tells such a hole from damage (`segment::lost_writeback_at`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -261,12 +261,11 @@ impl Store {
                         }
                     }
                     // In the segment that was active (the manifest does not list it closed; a
-                    // compaction output may have a higher id), damage that no record written
-                    // after it knew to be synced (each carries the synced SQN of its time; older
-                    // records: a header never written, zeros in a new file or the old file's
-                    // bytes in a reused one) is writeback lost to a failed fdatasync or a power
-                    // cut, even with later records after it: none of them was acknowledged as
-                    // durable. Cut the segment there. Any other damage is corruption.
+                    // compaction output may have a higher id), writeback lost to a failed
+                    // fdatasync or a power cut is cut there, even with later records after it:
+                    // none of them was acknowledged as durable. In a new file it is a header never
+                    // written (zeros); in a reused one, damage that no later record knew to be
+                    // synced (`segment::lost_writeback_at`). Any other damage is corruption.
                     // The record before the damage: this segment's last good one, or the last
                     // of the segments before it (SQNs run on from one segment to the next).
                     let last_good = entries.last().map_or(max_sqn, |e| e.sqn);

@@ -17,13 +17,14 @@ for b in "$old" "$new"; do [ -x "$b" ] || { echo "$b is not an executable" >&2; 
 [ -f "$scenario" ] || { echo "no scenario $scenario" >&2; exit 1; }
 case $pairs in ''|*[!0-9]*|0) echo "PAIRS must be a positive number, not '$pairs'" >&2; exit 1;; esac
 stem=$(basename "$scenario" .toml)
+# Sectors the block device has written (512 bytes each; 0 without AB_DEVICE).
+sectors() { if [ -n "${AB_DEVICE:-}" ]; then awk '{print $7}' "/sys/block/$AB_DEVICE/stat"; else echo 0; fi; }
 for i in $(seq 1 "$pairs"); do
   for side in old new; do
     bin=$old; [ "$side" = new ] && bin=$new
     dir=$out/$stem-$side-$i
     mkdir -p "$out"
     args=${OLD_ARGS:-}; [ "$side" = new ] && args=${NEW_ARGS:-}
-    sectors() { if [ -n "${AB_DEVICE:-}" ]; then awk '{print $7}' "/sys/block/$AB_DEVICE/stat"; else echo 0; fi; }
     s0=$(sectors)
     # shellcheck disable=SC2086 # the extra options are words
     "$bin" run "$scenario" --driver levee --duration "$duration" --quiet --out "$dir" --force $args \

@@ -680,16 +680,17 @@ fn rescan_closed(disk: &dyn Storage, path: &Path) -> Result<Vec<IdxEntry>> {
 /// to records a sync had made durable. If it is, none of the records from it on was acknowledged
 /// as durable, and the segment may be cut there.
 ///
-/// In a new file, writeback that never happened reads as zeros and the damaged record's header
-/// tells ([`unwritten_at`]); anything else is damage. In a reused one (`Link::floor`), a power
-/// cut leaves the sectors of an unsynced write over the old file new and old in any mix, so a
-/// hole may fall inside a record whose header made it. There records tell by the synced SQN
-/// each carries from when it was written: if a valid record after the damage was written after
-/// a sync covering the damaged record (its synced SQN is past `last_good`), the damaged record
-/// was durable: damage. If none was, no writer was ever told it was durable: lost writeback.
-/// What that cannot tell from a hole is damage to records no later record knew synced: the
-/// records of a last sync with nothing written after it, or (`sync_on_write = none`) an unsynced
-/// tail a process crash left whole in the page cache. Errs with an I/O error only.
+/// In a new file, writeback that never happened reads as zeros: the damaged record's header is
+/// all zeros; anything else is damage. In a reused one (`Link::floor`), a power cut leaves the
+/// sectors of an unsynced write over the old file new and old in any mix, so a hole may fall
+/// inside a record whose header made it. There records tell by the synced SQN each carries from
+/// when it was written (every record written over a spare has one, the valid record at
+/// `next_valid` included): if a valid record after the damage was written after a sync covering
+/// the damaged record (its synced SQN is past `last_good`), the damaged record was durable:
+/// damage. If none was, no writer was ever told it was durable: lost writeback. What that cannot
+/// tell from a hole is damage to records no later record knew synced: the records of a last sync
+/// with nothing written after it, or (`sync_on_write = none`) an unsynced tail a process crash
+/// left whole in the page cache. Errs with an I/O error only.
 pub(crate) fn lost_writeback_at(
     disk: &dyn Storage,
     path: &Path,
@@ -697,19 +698,14 @@ pub(crate) fn lost_writeback_at(
     next_valid: u64,
     last_good: u64,
 ) -> Result<bool> {
-    let floor = {
-        let f = disk
-            .open(path, false)
-            .ctx(|| format!("opening {}", path.display()))?;
-        floor_of(&*f, path)?
-    };
+    let f = disk
+        .open(path, false)
+        .ctx(|| format!("opening {}", path.display()))?;
+    let floor = floor_of(&*f, path)?;
     if floor == 0 {
-        return unwritten_at(disk, path, offset, next_valid, last_good);
+        return zero_header_at(&*f, path, offset);
     }
-    match synced_from(disk, path, next_valid)? {
-        Some(synced) => Ok(synced <= last_good.max(floor)),
-        None => unwritten_at(disk, path, offset, next_valid, last_good),
-    }
+    Ok(synced_from(disk, path, next_valid)?.is_some_and(|synced| synced <= last_good.max(floor)))
 }
 
 /// The highest synced SQN the valid records of the segment at `path` carry from `start` on,
@@ -734,50 +730,17 @@ fn synced_from(disk: &dyn Storage, path: &Path, start: u64) -> Result<Option<u64
     }
 }
 
-/// Whether the damaged record at `offset` of the segment at `path`, before the valid record at
-/// `next_valid` and after records up to `last_sqn`, was never written to the disk: its bytes are
-/// what the file held before the segment's records were written there. In a new file that is
-/// zeros: the header is all zeros. In a reused one (`Link::floor`) it is the old file's bytes:
-/// the header's SQN is not one of this segment's, between the last good record (or the floor)
-/// and the next valid one. A record of this segment damaged past its SQN (a torn body, a flipped
-/// bit) has its SQN there, and is damage. Errs with an I/O error only.
-pub(crate) fn unwritten_at(
-    disk: &dyn Storage,
-    path: &Path,
-    offset: u64,
-    next_valid: u64,
-    last_sqn: u64,
-) -> Result<bool> {
-    let f = disk
-        .open(path, false)
-        .ctx(|| format!("opening {}", path.display()))?;
-    let floor = floor_of(&*f, path)?;
-    // Header and SQN of the damaged record, and the SQN of the valid one after it.
-    let read = |at: u64| -> Result<Option<[u8; HEADER_BYTES + 8]>> {
-        let mut b = [0u8; HEADER_BYTES + 8];
-        match f.read_exact_at(&mut b, at) {
-            Ok(()) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-            Err(e) => Err(Error::Io {
-                context: format!("reading {}", path.display()),
-                source: e,
-            }),
-        }
-    };
-    let sqn_in =
-        |b: &[u8; HEADER_BYTES + 8]| u64::from_le_bytes(b[HEADER_BYTES..].try_into().unwrap());
-    let Some(here) = read(offset)? else {
-        return Ok(false);
-    };
-    if floor == 0 {
-        return Ok(here[..HEADER_BYTES].iter().all(|b| *b == 0));
+/// Whether the record header at `offset` of `file` is all zeros: bytes never written back.
+fn zero_header_at(file: &dyn StorageFile, path: &Path, offset: u64) -> Result<bool> {
+    let mut hdr = [0u8; HEADER_BYTES];
+    match file.read_exact_at(&mut hdr, offset) {
+        Ok(()) => Ok(hdr.iter().all(|b| *b == 0)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(Error::Io {
+            context: format!("reading {}", path.display()),
+            source: e,
+        }),
     }
-    let Some(next) = read(next_valid)? else {
-        return Ok(false);
-    };
-    let ours = last_sqn.max(floor)..sqn_in(&next);
-    let sqn = sqn_in(&here);
-    Ok(!(sqn > ours.start && sqn < ours.end))
 }
 
 /// How a scan of a segment ended.
@@ -1165,58 +1128,40 @@ mod tests {
         }
     }
 
-    /// A damaged record of the segment that was active, with valid records after it, is
-    /// writeback that never reached the disk when its header is what the file held before: zeros
-    /// in a new file, the old file's bytes in a reused one (any SQN outside this segment's).
-    /// With its own header (a torn body, a flipped bit) it is damage.
+    /// A damaged record of a new segment that was active, with valid records after it, is
+    /// writeback that never reached the disk when its header is zeros, what the file held before.
+    /// With its own header (a torn body, a flipped length) it is damage.
     #[test]
-    fn a_hole_is_told_from_damage_by_the_header_the_file_held_before() {
-        use super::unwritten_at;
+    fn in_a_new_file_a_hole_is_a_header_of_zeros() {
+        use super::lost_writeback_at;
         let d = SimDisk::new();
         let path = Path::new("/s.seg");
-        let reused_link = encode_link(Link {
-            prev_id: 2,
-            prev_len: 99,
-            floor: 20,
-        });
         let new = records(21..=25, 300);
         let rec = new.len() / 5; // each record's length
-        for reused in [false, true] {
-            let (start, under) = if reused {
-                (reused_link.clone(), old_file(true))
-            } else {
-                (Vec::new(), vec![0u8; 4 * 1024])
-            };
-            let at = start.len() + 2 * rec; // record 23
-            let next_valid = (at + rec) as u64;
-            let mut written = under.clone();
-            written.resize(written.len().max(start.len() + new.len()), 0);
-            written[..start.len()].copy_from_slice(&start);
-            written[start.len()..start.len() + new.len()].copy_from_slice(&new);
-            // The hole: record 23's bytes are what the file held before.
-            let mut hole = written.clone();
-            let before: Vec<u8> = (at..at + rec)
-                .map(|i| under.get(i).copied().unwrap_or(0))
-                .collect();
-            hole[at..at + rec].copy_from_slice(&before);
-            // Damage: record 23 with its header, a body byte flipped.
-            let mut damaged = written.clone();
-            damaged[at + 40] ^= 1;
-            // Damage to the header's length only.
-            let mut bad_len = written.clone();
-            bad_len[at] ^= 0x10;
-            for (bytes, want, what) in [
-                (hole, true, "hole"),
-                (damaged, false, "damaged body"),
-                (bad_len, false, "damaged length"),
-            ] {
-                d.create(path).unwrap().append(&bytes).unwrap();
-                assert_eq!(
-                    unwritten_at(&d, path, at as u64, next_valid, 22).unwrap(),
-                    want,
-                    "reused {reused}: {what}"
-                );
-            }
+        let at = 2 * rec; // record 23
+        let next_valid = (at + rec) as u64;
+        let mut written = vec![0u8; 4 * 1024];
+        written[..new.len()].copy_from_slice(&new);
+        // The hole: record 23's bytes are what the file held before.
+        let mut hole = written.clone();
+        hole[at..at + rec].fill(0);
+        // Damage: record 23 with its header, a body byte flipped.
+        let mut damaged = written.clone();
+        damaged[at + 40] ^= 1;
+        // Damage to the header's length only.
+        let mut bad_len = written.clone();
+        bad_len[at] ^= 0x10;
+        for (bytes, want, what) in [
+            (hole, true, "hole"),
+            (damaged, false, "damaged body"),
+            (bad_len, false, "damaged length"),
+        ] {
+            d.create(path).unwrap().append(&bytes).unwrap();
+            assert_eq!(
+                lost_writeback_at(&d, path, at as u64, next_valid, 22).unwrap(),
+                want,
+                "{what}"
+            );
         }
     }
 

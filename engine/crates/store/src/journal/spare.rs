@@ -165,10 +165,6 @@ mod tests {
             "no reused segment rolled out: {st:?}"
         );
         assert!(st.journal_spares_made > 0, "no spare made: {st:?}");
-        assert!(
-            st.journal_spares_reused > 0,
-            "no roll wrote over a spare: {st:?}"
-        );
         check(&s, &latest, "live");
         // Spares ready when the store closes: the close removes them.
         s.flush().unwrap();

@@ -6,8 +6,9 @@
 //! returns the disk a machine would find after losing power: only durable entries and, for each
 //! file, its durable bytes plus (optionally) a random prefix of what was appended after them — a
 //! torn write — and, of what was written over bytes the disk held (a reused journal segment), any
-//! subset of whole 512-byte sectors. A failed `sync_data` loses the dirty bytes for good: a later successful sync persists
-//! what the disk held there before (zeros past its old end), as Linux may after an fsync error.
+//! subset of whole 512-byte sectors. A failed `sync_data` loses the dirty bytes for good: a later
+//! successful sync persists what the disk held there before (zeros past its old end), as Linux
+//! may after an fsync error.
 //!
 //! A [`FaultPlan`] injects errors: at one numbered operation, at random by a seed, or a crash at a
 //! numbered operation after which every call fails (the machine stopped; call `power_cut` next).
@@ -78,8 +79,10 @@ impl Inode {
         let mut d = self.data.clone();
         for &(a, b) in &self.lost {
             let b = b.min(d.len());
-            for (i, byte) in d.iter_mut().enumerate().take(b).skip(a) {
-                *byte = self.durable.get(i).copied().unwrap_or(0);
+            if a < b {
+                let held = self.durable.len().clamp(a, b);
+                d[a..held].copy_from_slice(&self.durable[a..held]);
+                d[held..b].fill(0);
             }
         }
         d
@@ -779,6 +782,27 @@ mod tests {
         // The page cache still shows the bytes; the disk has zeros where they were.
         assert_eq!(d.read(&p("/x")).unwrap(), b"AAAABB");
         assert_eq!(d.power_cut(0, false).read(&p("/x")).unwrap(), b"\0\0\0\0BB");
+    }
+
+    /// Bytes written over old ones that a failed sync dropped keep the old bytes on the disk
+    /// (zeros only past the old end), even after a later sync succeeds.
+    #[test]
+    fn a_failed_sync_over_old_bytes_leaves_the_old_bytes() {
+        let (d, f) = disk_with_synced_file("/a/x", b"oooo");
+        d.sync_dir(&p("/a")).unwrap();
+        f.write_at(b"nnnnnn", 2).unwrap();
+        d.set_plan(FaultPlan {
+            fail_at: Some((d.ops(), FaultKind::Eio)),
+            ..FaultPlan::default()
+        });
+        assert!(f.sync_data().is_err());
+        f.write_at(b"BB", 8).unwrap();
+        f.sync_data().unwrap();
+        assert_eq!(d.read(&p("/a/x")).unwrap(), b"oonnnnnnBB");
+        assert_eq!(
+            d.power_cut(0, false).read(&p("/a/x")).unwrap(),
+            b"oooo\0\0\0\0BB"
+        );
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub fn stats_map(s: &levee_store::Stats) -> HashMap<String, f64> {
         "journal_compaction_reclaimed_bytes",
         s.journal_compaction_reclaimed_bytes as f64,
     );
+    put("journal_spares_made", s.journal_spares_made as f64);
+    put("journal_spares_reused", s.journal_spares_reused as f64);
+    put("journal_spares_ready", s.journal_spares_ready as f64);
     put("live_snapshots", s.live_snapshots as f64);
     // SQNs: equal right after an open that had nothing to replay. Per vnode only (see `PER_VNODE`).
     put("persisted_sqn", s.persisted_sqn as f64);

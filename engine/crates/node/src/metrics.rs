@@ -513,6 +513,24 @@ impl Collector for EngineCollector {
                 one(sum(&|s| s.journal_fsync_seconds)),
             ),
             family(
+                "levee_journal_spares_made_total",
+                "Replaced journal segments kept as spares for later rolls to write over",
+                COUNTER,
+                one(sum(&|s| s.journal_spares_made as f64)),
+            ),
+            family(
+                "levee_journal_spares_reused_total",
+                "Journal segment rolls that wrote over a spare instead of a new file",
+                COUNTER,
+                one(sum(&|s| s.journal_spares_reused as f64)),
+            ),
+            family(
+                "levee_journal_spares_ready",
+                "Spare journal segments ready for the next rolls",
+                GAUGE,
+                one(sum(&|s| s.journal_spares_ready as f64)),
+            ),
+            family(
                 "levee_journal_roll_seconds_total",
                 "Time journal segment rolls held the write lock (every writer of the vnode waits behind one)",
                 COUNTER,

@@ -220,13 +220,14 @@ impl Driver for Levee {
         let s = self.store.stats();
         eprintln!(
             "levee: write stalls {:.3} s (max {:.3} s), journal rolls {:.3} s (max {:.3} s), \
-             {} fdatasyncs {:.3} s, {} flushes, {} merges",
+             {} fdatasyncs {:.3} s (max {:.3} s), {} flushes, {} merges",
             s.write_stall_seconds,
             s.max_write_stall_seconds,
             s.journal_roll_seconds,
             s.max_journal_roll_seconds,
             s.journal_fsyncs,
             s.journal_fsync_seconds,
+            s.max_journal_fsync_seconds,
             s.flushes,
             s.merges
         );

@@ -30,6 +30,8 @@ pub struct Stats {
     pub journal_fsyncs: u64,
     /// Time spent in journal fdatasync calls.
     pub journal_fsync_seconds: f64,
+    /// Longest single journal fdatasync: a synced write waits this long behind one.
+    pub max_journal_fsync_seconds: f64,
     /// Segment rolls under the write lock (the new file's creation; the old segment's sync and
     /// index follow on the ledger worker).
     pub journal_roll_seconds: f64,
@@ -85,6 +87,7 @@ pub(super) struct Counters {
     pub(super) max_stall_nanos: AtomicU64,
     pub(super) fsyncs: AtomicU64,
     pub(super) fsync_nanos: AtomicU64,
+    pub(super) max_fsync_nanos: AtomicU64,
     pub(super) roll_nanos: AtomicU64,
     pub(super) max_roll_nanos: AtomicU64,
     pub(super) aae_rebuilds: AtomicU64,
@@ -130,6 +133,7 @@ impl Store {
             ledger_merge_backlog: merge_backlog(&version.metas(), &i.cfg),
             journal_fsyncs: l(&c.fsyncs),
             journal_fsync_seconds: l(&c.fsync_nanos) as f64 / 1e9,
+            max_journal_fsync_seconds: l(&c.max_fsync_nanos) as f64 / 1e9,
             journal_roll_seconds: l(&c.roll_nanos) as f64 / 1e9,
             max_journal_roll_seconds: l(&c.max_roll_nanos) as f64 / 1e9,
             aae_rebuilds: l(&c.aae_rebuilds),

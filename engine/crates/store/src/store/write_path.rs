@@ -691,9 +691,9 @@ impl Inner {
         if let Err(e) = JournalWriter::sync(file) {
             return Err(self.poison_journal(format!("{what} failed: {e}")));
         }
-        self.c
-            .fsync_nanos
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let n = t.elapsed().as_nanos() as u64;
+        self.c.fsync_nanos.fetch_add(n, Ordering::Relaxed);
+        self.c.max_fsync_nanos.fetch_max(n, Ordering::Relaxed);
         self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

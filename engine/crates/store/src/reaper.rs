@@ -163,9 +163,13 @@ fn shrink_then_remove(disk: &dyn Storage, path: &Path) {
         0
     });
     remove_quietly(disk, path);
-    // One reaper thread: no other writer between the load and the store.
-    let (freed, sync) = commit_due(UNSYNCED_FREED.load(Ordering::Relaxed), left);
-    UNSYNCED_FREED.store(freed, Ordering::Relaxed);
+    // Atomic as a whole: without a reaper thread, removals run on their callers' threads.
+    let mut sync = false;
+    let _ = UNSYNCED_FREED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+        let (freed, due) = commit_due(f, left);
+        sync = due;
+        Some(freed)
+    });
     if sync {
         if let Some(dir) = path.parent() {
             if let Err(e) = disk.sync_dir(dir) {

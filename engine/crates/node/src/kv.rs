@@ -24,6 +24,7 @@ use levee_cluster::{
 };
 
 use crate::admission;
+use crate::coordinator::coverage::with_page_retries;
 use crate::coordinator::get::{Read, ReadOutcome};
 use crate::coordinator::index_query::IndexReader;
 use crate::coordinator::put::Write;
@@ -541,8 +542,7 @@ impl pb::kv_server::Kv for KvService {
         );
         tokio::spawn(async move {
             let outcome = loop {
-                let deadline = client_deadline.unwrap_or_else(|| Instant::now() + default_deadline);
-                let page = match reader.next_page(deadline).await {
+                let page = match reader.next_page(client_deadline, default_deadline).await {
                     Ok(p) => p,
                     Err(e) => {
                         let label = result_label(&Err(&e));
@@ -632,23 +632,31 @@ impl pb::kv_server::Kv for KvService {
                     .map(|cv| (cv.clone(), Vec::new()))
                     .collect();
             let mut replans = 0;
+            let retried = c
+                .metrics
+                .coverage_page_retries
+                .with_label_values(&["list_keys"]);
             'vnodes: while let Some((cv, mut after)) = work.pop_front() {
                 // The snapshot the vnode holds for its next page.
                 let mut held = 0u64;
                 let stopped = loop {
-                    let deadline =
-                        client_deadline.unwrap_or_else(|| Instant::now() + default_deadline);
-                    let page = c
-                        .fold_keys_page(
-                            &view,
-                            &cv,
-                            r.bucket.clone(),
-                            after.clone(),
-                            page_size,
-                            held,
-                            deadline,
-                        )
-                        .await;
+                    let page = with_page_retries(
+                        client_deadline,
+                        default_deadline,
+                        &retried,
+                        |deadline| {
+                            c.fold_keys_page(
+                                &view,
+                                &cv,
+                                r.bucket.clone(),
+                                after.clone(),
+                                page_size,
+                                held,
+                                deadline,
+                            )
+                        },
+                    )
+                    .await;
                     let (keys, last) = match page {
                         Ok((keys, last, snapshot)) => {
                             held = snapshot;

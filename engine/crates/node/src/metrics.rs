@@ -52,6 +52,9 @@ pub struct Metrics {
     /// Entries (index entries, keys) coverage queries this node ran received from vnodes, by
     /// operation ([`COVERAGE_OPS`]): against the results returned, what the queries read past.
     pub coverage_fetched: IntCounterVec,
+    /// Pages of coverage queries this node ran that a vnode refused for overload and that were
+    /// asked again after its hint, by operation ([`COVERAGE_OPS`]).
+    pub coverage_page_retries: IntCounterVec,
     /// Query snapshots this member holds for coverage queries between pages.
     pub query_snapshots_held: IntGauge,
     /// Reads of this node's replicas by where they ran ([`crate::replica::READ_PATHS`]).
@@ -222,6 +225,20 @@ impl Metrics {
         registry
             .register(Box::new(coverage_fetched.clone()))
             .unwrap();
+        let coverage_page_retries = IntCounterVec::new(
+            Opts::new(
+                "levee_coverage_page_retries_total",
+                "Pages of coverage queries this node ran that a vnode refused for overload and that were asked again, by operation",
+            ),
+            &["op"],
+        )
+        .unwrap();
+        for op in COVERAGE_OPS {
+            coverage_page_retries.with_label_values(&[op]);
+        }
+        registry
+            .register(Box::new(coverage_page_retries.clone()))
+            .unwrap();
         let query_snapshots_held = IntGauge::new(
             "levee_query_snapshots_held",
             "Vnode snapshots this member holds for coverage queries between their pages",
@@ -310,6 +327,7 @@ impl Metrics {
             aae_exchanges,
             aae_repairs,
             coverage_fetched,
+            coverage_page_retries,
             query_snapshots_held,
             replica_reads,
             vnodes: vnode_gauge,

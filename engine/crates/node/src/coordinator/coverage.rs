@@ -3,17 +3,80 @@
 //! vnode, through its filter), page by page, each page one `FoldKeys` / `IndexPage` call —
 //! in process for this node's vnodes, through `levee.v1.Node` for the others.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use levee_cluster::{coverage_plan, CoveragePlan, CoverageVnode, KeyFilter, Role, Target};
 use levee_proto::v1 as pb;
 use levee_store::Term;
-use tonic::Status;
+use prometheus::IntCounter;
+use tonic::{Code, Status};
 
 use super::{remaining, Coordinator};
 use crate::membership::ClusterView;
 use crate::replica::{entry_of, entry_pb, index_page_query, IndexPageOut};
+
+/// How long, in all, a page of a ListKeys or IndexQuery stream without a client deadline keeps
+/// being asked again after its vnode refused it for overload.
+pub(crate) const PAGE_RETRY_BUDGET: Duration = Duration::from_secs(30);
+
+/// Whether a stream's page that failed with `s`, first asked `asked_for` ago, is asked again,
+/// and after how long. Only an overload refusal is (`UNAVAILABLE` with a `retry-after-ms` hint:
+/// the vnode did nothing), after the hinted wait, while that wait ends before the client's own
+/// deadline — or, without one, within [`PAGE_RETRY_BUDGET`] of the first ask. A listing so
+/// rides out a queue that clears (many streams reaching one vnode at once) instead of failing
+/// part-way — ListKeys has no continuation to resume from — and holds no thread or slot while
+/// it waits.
+pub fn page_retry(
+    s: &Status,
+    asked_for: Duration,
+    now: Instant,
+    client_deadline: Option<Instant>,
+) -> Option<Duration> {
+    if s.code() != Code::Unavailable {
+        return None;
+    }
+    let hint = s.metadata().get("retry-after-ms")?.to_str().ok()?;
+    let wait = Duration::from_millis(hint.parse::<u64>().ok()?.max(1));
+    let in_time = match client_deadline {
+        Some(d) => now + wait < d,
+        None => asked_for + wait <= PAGE_RETRY_BUDGET,
+    };
+    in_time.then_some(wait)
+}
+
+/// One stream page: `ask(start_deadline)`, asked again while [`page_retry`] says so, each retry
+/// counted in `retried`. Each attempt's start deadline is the client's, or `default` from the
+/// attempt.
+pub async fn with_page_retries<T, F, Fut>(
+    client_deadline: Option<Instant>,
+    default: Duration,
+    retried: &IntCounter,
+    mut ask: F,
+) -> Result<T, Status>
+where
+    F: FnMut(Instant) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    let first = Instant::now();
+    loop {
+        let deadline = client_deadline.unwrap_or_else(|| Instant::now() + default);
+        match ask(deadline).await {
+            Err(s) => {
+                let now = Instant::now();
+                match page_retry(&s, now - first, now, client_deadline) {
+                    Some(wait) => {
+                        retried.inc();
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => return Err(s),
+                }
+            }
+            ok => return ok,
+        }
+    }
+}
 
 fn filter_of(cv: &CoverageVnode) -> Vec<u32> {
     match &cv.filter {
@@ -201,5 +264,97 @@ impl Coordinator {
                 let _ = client.release_snapshots(req).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(hint_ms: Option<&str>) -> Status {
+        let mut s = Status::unavailable("vnode 0 is overloaded (would_miss_deadline)");
+        if let Some(h) = hint_ms {
+            s.metadata_mut()
+                .insert("retry-after-ms", h.parse().unwrap());
+        }
+        s
+    }
+
+    #[test]
+    fn only_overload_refusals_are_asked_again_in_time() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let budget = PAGE_RETRY_BUDGET;
+        let unreachable = Status::unavailable("connection refused");
+        let bad = Status::invalid_argument("bad bucket");
+        let mut wrong_code = Status::internal("disk");
+        wrong_code
+            .metadata_mut()
+            .insert("retry-after-ms", "5".parse().unwrap());
+        // (status, first asked this long ago, client deadline, verdict)
+        let cases: Vec<(Status, Duration, Option<Instant>, Option<Duration>)> = vec![
+            (refused(Some("40")), ms(0), None, Some(ms(40))),
+            (refused(Some("0")), ms(0), None, Some(ms(1))),
+            (refused(Some("40")), budget - ms(40), None, Some(ms(40))),
+            (refused(Some("40")), budget - ms(39), None, None),
+            (refused(Some("40")), budget * 2, None, None),
+            // With a client deadline, only it counts.
+            (
+                refused(Some("40")),
+                budget * 2,
+                Some(now + ms(41)),
+                Some(ms(40)),
+            ),
+            (refused(Some("40")), ms(0), Some(now + ms(40)), None),
+            (refused(Some("40")), ms(0), Some(now + ms(10)), None),
+            (refused(Some("soon")), ms(0), None, None),
+            (refused(None), ms(0), None, None),
+            (unreachable, ms(0), None, None),
+            (bad, ms(0), None, None),
+            (wrong_code, ms(0), None, None),
+        ];
+        for (n, (s, asked_for, deadline, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                page_retry(&s, asked_for, now, deadline),
+                want,
+                "case {n}: {s:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_page_is_asked_again_with_a_fresh_start_deadline() {
+        let default = Duration::from_millis(300);
+        let retried = IntCounter::new("retried", "retries").unwrap();
+        let mut deadlines = Vec::new();
+        let out = with_page_retries(None, default, &retried, |d| {
+            deadlines.push(d);
+            let n = deadlines.len();
+            async move {
+                if n < 3 {
+                    Err(refused(Some("20")))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(out.unwrap(), 3);
+        assert_eq!(retried.get(), 2);
+        assert!(deadlines[1] - deadlines[0] >= Duration::from_millis(20));
+        assert!(deadlines[2] - deadlines[1] >= Duration::from_millis(20));
+
+        // Past the client's deadline nothing is asked again.
+        let mut asked = 0;
+        let soon = Instant::now() + Duration::from_millis(30);
+        let err = with_page_retries(Some(soon), default, &retried, |d| {
+            asked += 1;
+            assert_eq!(d, soon, "the client's deadline is every attempt's");
+            async { Err::<(), _>(refused(Some("20"))) }
+        })
+        .await
+        .unwrap_err();
+        assert!(asked <= 2, "asked {asked} times");
+        assert!(err.message().contains("overloaded"), "{err:?}");
     }
 }

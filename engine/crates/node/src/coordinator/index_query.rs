@@ -6,12 +6,13 @@
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use levee_cluster::{CoverageVnode, Merge, MergeStep};
 use levee_proto::v1 as pb;
 use tonic::Status;
 
+use super::coverage::with_page_retries;
 use super::Coordinator;
 use crate::membership::ClusterView;
 use crate::replica::Entry;
@@ -104,8 +105,14 @@ impl IndexReader {
         }
     }
 
-    /// The next page, asking vnodes for more as the merge needs it (all by `deadline`).
-    pub async fn next_page(&mut self, deadline: Instant) -> Result<Page, Status> {
+    /// The next page, asking vnodes for more as the merge needs it. Each vnode page starts by
+    /// the client's deadline, or within `default` of being asked; one refused for overload is
+    /// asked again (`coverage::with_page_retries`).
+    pub async fn next_page(
+        &mut self,
+        client_deadline: Option<Instant>,
+        default: Duration,
+    ) -> Result<Page, Status> {
         let mut entries = Vec::new();
         loop {
             if entries.len() == self.page_size && !self.merge.finished() {
@@ -113,7 +120,7 @@ impl IndexReader {
             }
             match self.merge.step() {
                 MergeStep::Entry(e) => entries.push(e),
-                MergeStep::Need(starved) => self.fill(&starved, deadline).await?,
+                MergeStep::Need(starved) => self.fill(&starved, client_deadline, default).await?,
                 MergeStep::Done { continuation } => {
                     return Ok(Page {
                         entries,
@@ -125,7 +132,12 @@ impl IndexReader {
     }
 
     /// Ask the `starved` streams for their next entries, a few vnodes at a time.
-    async fn fill(&mut self, starved: &[usize], deadline: Instant) -> Result<(), Status> {
+    async fn fill(
+        &mut self,
+        starved: &[usize],
+        client_deadline: Option<Instant>,
+        default: Duration,
+    ) -> Result<(), Status> {
         for batch in starved.chunks(FETCH_CONCURRENCY) {
             let asks = batch.iter().map(|&i| {
                 let s = &self.shares[i];
@@ -138,9 +150,15 @@ impl IndexReader {
                     s.after.clone(),
                     s.snapshot,
                 );
+                let retried = c
+                    .metrics
+                    .coverage_page_retries
+                    .with_label_values(&["index_query"]);
                 async move {
-                    c.index_page(&view, &cv, &q, after.as_ref(), snapshot, deadline)
-                        .await
+                    with_page_retries(client_deadline, default, &retried, |deadline| {
+                        c.index_page(&view, &cv, &q, after.as_ref(), snapshot, deadline)
+                    })
+                    .await
                 }
             });
             let answers = futures_util::future::join_all(asks).await;

@@ -2,7 +2,8 @@
 //! per-vnode limits from a config file, then more concurrent work than one vnode can take.
 //! Refusals are `UNAVAILABLE` with a retry hint, quick, and clean (a refused put wrote nothing);
 //! accepted requests succeed and stay readable; the node's threads stay bounded; a stream whose
-//! client stops reading pins neither a blocking thread nor a vnode slot.
+//! client stops reading pins neither a blocking thread nor a vnode slot; a stream whose pages a
+//! vnode refuses for overload asks again and finishes.
 
 // tonic::Status is the error of every stream item; boxing it buys nothing here.
 #![allow(clippy::result_large_err)]
@@ -446,4 +447,71 @@ async fn slow_list_keys_readers_hold_no_threads_and_do_not_stop_other_requests()
         assert_eq!(r.await.unwrap(), (KEYS, KEYS), "listing {n}");
     }
     assert_eq!(finished(&node), STREAMS as f64);
+}
+
+#[tokio::test]
+async fn listings_wait_out_a_full_vnode_queue_instead_of_failing_part_way() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One call at a time per vnode and one more waiting: every listing beyond the second that
+    // reaches a vnode at the same moment is refused at once (queue_full).
+    let node = node_with_limits(
+        tmp.path(),
+        "vnode_concurrency = 1\nvnode_queue = 1\ndefault_deadline_ms = 2000\n",
+        &[],
+    );
+    let kv = node.kv().await;
+    const KEYS: usize = 1500;
+    const STREAMS: usize = 16;
+    let mut writer = kv.clone();
+    for i in 0..KEYS {
+        writer
+            .put(put("big", &format!("key-{i:05}"), b"v", vec![]))
+            .await
+            .unwrap();
+    }
+    let retries = |node: &Node| {
+        node.metrics_text()
+            .lines()
+            .filter(|l| l.starts_with("levee_coverage_page_retries_total{op=\"list_keys\"}"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert_eq!(retries(&node), 0.0);
+    // All at once, each read as fast as the client can: small pages, so every vnode is asked
+    // many times by every listing.
+    let readers: Vec<_> = (0..STREAMS)
+        .map(|_| {
+            let mut c = kv.clone();
+            tokio::spawn(async move {
+                let mut s = c
+                    .list_keys(pb::ListKeysRequest {
+                        bucket: "big".into(),
+                        page_size: 20,
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                let mut seen = std::collections::HashSet::new();
+                let mut listed = 0;
+                while let Some(p) = s.next().await {
+                    let p = p?;
+                    listed += p.keys.len();
+                    seen.extend(p.keys);
+                }
+                Ok::<_, tonic::Status>((listed, seen.len()))
+            })
+        })
+        .collect();
+    for (n, r) in readers.into_iter().enumerate() {
+        match r.await.unwrap() {
+            Ok(got) => assert_eq!(got, (KEYS, KEYS), "listing {n}"),
+            Err(e) => panic!("listing {n} failed part-way: {e:?}"),
+        }
+    }
+    let retried = retries(&node);
+    eprintln!("{STREAMS} listings of {KEYS} keys: {retried} pages asked again");
+    assert!(
+        retried > 0.0,
+        "no page was refused: the test did not overload a vnode"
+    );
 }

@@ -90,6 +90,8 @@ func Resources() *Dashboard {
 		Q{`sum by (pod) (rate(levee_write_stall_seconds_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), nil))
 	l.add(12, 8, withRange(timeseries("Journal fdatasync time per member", "Seconds per second the member's vnodes spent in journal fdatasync. With sync on write a write waits for one or two of these syncs: divided by levee_journal_fsyncs_total's rate it is the mean sync.", "percentunit",
 		Q{`sum by (pod) (rate(levee_journal_fsync_seconds_total{SEL}[$__rate_interval]))`, "{{pod}}"}), f(0), nil))
+	l.add(12, 8, withRange(timeseries("Journal fdatasync p99 per member", "99th percentile of the member's journal fdatasync calls. With sync on write a write waits for one or two of them, so this bounds the synced write tail; spikes that follow journal compactions point at the disk (docs/benchmarks.md, discards of removed segments).", "s",
+		Q{`histogram_quantile(0.99, sum by (pod, le) (rate(levee_journal_fsync_duration_seconds_bucket{SEL}[$__rate_interval])))`, "{{pod}}"}), f(0), nil))
 	l.add(12, 8, withRange(timeseries("Ledger merge backlog per member", "Ledger files over their level targets, summed over the member's vnodes (merge debt).", "none",
 		Q{`sum by (pod) (levee_ledger_merge_backlog{SEL})`, "{{pod}}"}), f(0), nil))
 

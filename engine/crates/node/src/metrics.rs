@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
@@ -609,6 +611,19 @@ impl Collector for EngineCollector {
                 one(weighted),
             ),
         ];
+        let mut fsync_counts = vec![0u64; levee_store::JOURNAL_FSYNC_BUCKETS.len() + 1];
+        for s in &stats {
+            for (c, n) in fsync_counts.iter_mut().zip(&s.journal_fsync_buckets) {
+                *c += n;
+            }
+        }
+        families.push(histogram_family(
+            "levee_journal_fsync_duration_seconds",
+            "Journal fdatasync calls by duration (a synced write waits for one or two)",
+            &levee_store::JOURNAL_FSYNC_BUCKETS,
+            &fsync_counts,
+            sum(&|s| s.journal_fsync_seconds),
+        ));
         if let Some(t) = *self.tls_expiry.read() {
             families.push(family(
                 "levee_tls_cert_expiry_timestamp_seconds",
@@ -619,6 +634,36 @@ impl Collector for EngineCollector {
         }
         families
     }
+}
+
+/// A histogram family of one unlabelled metric: `bounds` with the number of observations in each
+/// bucket (not cumulative; one more entry than bounds, for those above the last), and the sum.
+fn histogram_family(
+    name: &str,
+    help: &str,
+    bounds: &[f64],
+    counts: &[u64],
+    sum: f64,
+) -> MetricFamily {
+    let mut h = Histogram::default();
+    let mut below = 0u64;
+    for (&bound, &n) in bounds.iter().zip(counts) {
+        below += n;
+        let mut b = Bucket::default();
+        b.set_upper_bound(bound);
+        b.set_cumulative_count(below);
+        h.mut_bucket().push(b);
+    }
+    h.set_sample_count(counts.iter().sum());
+    h.set_sample_sum(sum);
+    let mut m = Metric::default();
+    m.set_histogram(h);
+    let mut mf = MetricFamily::default();
+    mf.set_name(name.to_string());
+    mf.set_help(help.to_string());
+    mf.set_field_type(MetricType::HISTOGRAM);
+    mf.mut_metric().push(m);
+    mf
 }
 
 /// Serve `/metrics`, `/healthz` and `/readyz`.

@@ -56,5 +56,8 @@ pub use snapshot::{
     index_continuation, FoldOrder, FoldedHead, FoldedObject, HeadFold, HeadFoldOptions, IndexPage,
     IndexQuery, ObjectFold, Snapshot, SnapshotKind,
 };
-pub use store::{CompactionReport, Head, Object, Sqn, Stats, Store, MAX_INDEX_CHANGE_BYTES};
+pub use store::{
+    CompactionReport, Head, Object, Sqn, Stats, Store, JOURNAL_FSYNC_BUCKETS,
+    MAX_INDEX_CHANGE_BYTES,
+};
 pub use value_codec::{Compression, CompressionPoint, ZSTD_LEVEL};

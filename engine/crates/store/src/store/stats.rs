@@ -2,6 +2,21 @@
 
 use super::*;
 
+/// Upper bounds, in seconds, of the buckets of the journal fdatasync histogram
+/// (`Stats::journal_fsync_buckets`); one more bucket takes the syncs above the last bound.
+pub const JOURNAL_FSYNC_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5,
+];
+
+/// The histogram bucket of a journal fdatasync that took `nanos`: the first whose bound it does
+/// not exceed, or the one past the last bound.
+pub(super) fn fsync_bucket(nanos: u64) -> usize {
+    JOURNAL_FSYNC_BUCKETS
+        .iter()
+        .position(|&b| nanos as f64 <= b * 1e9)
+        .unwrap_or(JOURNAL_FSYNC_BUCKETS.len())
+}
+
 /// Engine counters (the node exports them as Prometheus metrics).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
@@ -32,6 +47,9 @@ pub struct Stats {
     pub journal_fsync_seconds: f64,
     /// Longest single journal fdatasync: a synced write waits this long behind one.
     pub max_journal_fsync_seconds: f64,
+    /// Journal fdatasyncs by duration: how many fell in each bucket of
+    /// [`JOURNAL_FSYNC_BUCKETS`] (not cumulative), the last entry those above its last bound.
+    pub journal_fsync_buckets: Vec<u64>,
     /// Segment rolls under the write lock (the new file's creation; the old segment's sync and
     /// index follow on the ledger worker).
     pub journal_roll_seconds: f64,
@@ -88,6 +106,7 @@ pub(super) struct Counters {
     pub(super) fsyncs: AtomicU64,
     pub(super) fsync_nanos: AtomicU64,
     pub(super) max_fsync_nanos: AtomicU64,
+    pub(super) fsync_buckets: [AtomicU64; JOURNAL_FSYNC_BUCKETS.len() + 1],
     pub(super) roll_nanos: AtomicU64,
     pub(super) max_roll_nanos: AtomicU64,
     pub(super) aae_rebuilds: AtomicU64,
@@ -134,6 +153,7 @@ impl Store {
             journal_fsyncs: l(&c.fsyncs),
             journal_fsync_seconds: l(&c.fsync_nanos) as f64 / 1e9,
             max_journal_fsync_seconds: l(&c.max_fsync_nanos) as f64 / 1e9,
+            journal_fsync_buckets: c.fsync_buckets.iter().map(l).collect(),
             journal_roll_seconds: l(&c.roll_nanos) as f64 / 1e9,
             max_journal_roll_seconds: l(&c.max_roll_nanos) as f64 / 1e9,
             aae_rebuilds: l(&c.aae_rebuilds),
@@ -160,5 +180,34 @@ impl Store {
             ledger_merges_blocked: u64::from(merges_blocked),
             background_threads: u64::from(syncer) + u64::from(worker),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sync_falls_in_the_first_bucket_whose_bound_it_does_not_exceed() {
+        let last = JOURNAL_FSYNC_BUCKETS.len();
+        // (nanos, bucket)
+        for (nanos, want) in [
+            (0, 0),
+            (500_000, 0),
+            (500_001, 1),
+            (1_000_000, 1),
+            (7_000_000, 4),
+            (200_000_000, 8),
+            (200_000_001, 9),
+            (2_500_000_000, last - 1),
+            (2_500_000_001, last),
+            (u64::MAX, last),
+        ] {
+            assert_eq!(fsync_bucket(nanos), want, "{nanos} ns");
+        }
+        assert!(
+            JOURNAL_FSYNC_BUCKETS.windows(2).all(|w| w[0] < w[1]),
+            "bounds rise"
+        );
     }
 }

@@ -694,6 +694,7 @@ impl Inner {
         let n = t.elapsed().as_nanos() as u64;
         self.c.fsync_nanos.fetch_add(n, Ordering::Relaxed);
         self.c.max_fsync_nanos.fetch_max(n, Ordering::Relaxed);
+        self.c.fsync_buckets[stats::fsync_bucket(n)].fetch_add(1, Ordering::Relaxed);
         self.c.fsyncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -238,6 +238,8 @@ fn sync_writers_share_fsyncs_group_commit() {
         "a sync put returned before its fdatasync"
     );
     assert_eq!(s.stats().journal_fsyncs, 0);
+    // Held past 20 ms in all, so the duration histogram has something to place.
+    std::thread::sleep(Duration::from_millis(25));
     release.send(()).unwrap();
     first.join().unwrap();
     for w in rest {
@@ -249,6 +251,18 @@ fn sync_writers_share_fsyncs_group_commit() {
         st.journal_fsyncs, 2,
         "the held fdatasync, then one for the 31 writers that gathered behind it"
     );
+    // Both syncs are in the duration histogram, the held one above 20 ms.
+    let over_20ms = levee_store::JOURNAL_FSYNC_BUCKETS
+        .iter()
+        .position(|&b| b > 0.02)
+        .unwrap();
+    assert_eq!(st.journal_fsync_buckets.iter().sum::<u64>(), 2);
+    assert!(
+        st.journal_fsync_buckets[over_20ms..].iter().sum::<u64>() >= 1,
+        "the held sync is not above 20 ms: {:?}",
+        st.journal_fsync_buckets
+    );
+    assert!(st.max_journal_fsync_seconds >= 0.025);
     disk.set_hook(None);
     s.close().unwrap();
 }
@@ -264,7 +278,9 @@ fn a_single_sync_writer_fsyncs_every_write() {
     for i in 0..50u32 {
         s.put(b"b", &i.to_le_bytes(), b"v", b"", &[]).unwrap();
     }
-    assert_eq!(s.stats().journal_fsyncs, 50);
+    let st = s.stats();
+    assert_eq!(st.journal_fsyncs, 50);
+    assert_eq!(st.journal_fsync_buckets.iter().sum::<u64>(), 50);
 }
 
 /// `journal_bytes_per_sync` in `none` mode: writers do not wait, but the background syncer

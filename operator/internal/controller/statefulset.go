@@ -18,6 +18,14 @@ import (
 // nodeUID matches the nonroot user of the levee image (image/mkimage).
 const nodeUID int64 = 65532
 
+// ShutdownDelaySeconds is how long a member keeps serving after SIGTERM while it already
+// reports not ready (the node's LEVEE_SHUTDOWN_DELAY_SECS): the EndpointSlice and kube-proxy on
+// every node stop routing new connections to a terminating pod a moment after it is deleted;
+// closing the port at once refused the ones routed to it meanwhile (writes failed during
+// rollouts). An environment variable, not a flag, so an older image ignores it instead of
+// refusing to start. The default termination grace period (120 s) covers it and the drain.
+const ShutdownDelaySeconds = 5
+
 // NodeArgs is the node command line (contract with the levee binary).
 func NodeArgs() []string {
 	return []string{
@@ -105,6 +113,7 @@ func nodeContainer(c *kvv1.KVCluster) corev1.Container {
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 			{Name: "LEVEE_ADVERTISE_ADDR", Value: "$(POD_NAME)." + HeadlessServiceName(c) + ".$(POD_NAMESPACE).svc:" + strconv.Itoa(int(GRPCPort))},
+			{Name: "LEVEE_SHUTDOWN_DELAY_SECS", Value: strconv.Itoa(ShutdownDelaySeconds)},
 		},
 		Resources:    kvv1.MemberResources(c),
 		VolumeMounts: mounts,

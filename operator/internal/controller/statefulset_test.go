@@ -129,6 +129,13 @@ func TestNodeContainerContract(t *testing.T) {
 			t.Errorf("probe %s = %+v", pr.path, pr.p)
 		}
 	}
+	env := map[string]string{}
+	for _, e := range ct.Env {
+		env[e.Name] = e.Value
+	}
+	if env["LEVEE_SHUTDOWN_DELAY_SECS"] != "5" {
+		t.Errorf("LEVEE_SHUTDOWN_DELAY_SECS = %q, want 5 (serve on while endpoints drop the member)", env["LEVEE_SHUTDOWN_DELAY_SECS"])
+	}
 	if !ct.Resources.Limits.Cpu().Equal(resource.MustParse("2")) {
 		t.Errorf("resources not passed through: %+v", ct.Resources)
 	}

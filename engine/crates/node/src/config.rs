@@ -6,6 +6,7 @@
 //! node_name = "orders-0"          data_dir = "/var/lib/levee/data"
 //! listen = "0.0.0.0:8087"         metrics_listen = "0.0.0.0:8098"
 //! max_value_bytes = 52428800      max_message_bytes = 67108864      shutdown_timeout_secs = 30
+//! shutdown_delay_secs = 0         on SIGTERM: not ready, but still serving, this long first
 //! [cluster]     name, ring_size, n_val (default 3 with a member list, 1 for a node alone),
 //!               members_file
 //!               delete_delay_secs (3600; 0: never): how long tombstones are kept
@@ -48,6 +49,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
+/// Longest `shutdown_delay_secs` accepted: the pod's termination grace period must cover it and
+/// the drain, and minutes of serving after SIGTERM would be a typo.
+pub const MAX_SHUTDOWN_DELAY_SECS: u64 = 120;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeConfig {
@@ -64,6 +69,10 @@ pub struct NodeConfig {
     pub max_message_bytes: usize,
     /// Seconds to drain in-flight requests on SIGTERM before closing stores.
     pub shutdown_timeout_secs: u64,
+    /// Seconds the node keeps accepting connections and serving on SIGTERM, already reporting
+    /// not ready, before it stops accepting and drains: long enough for Service endpoints (and
+    /// kube-proxy on every node) to drop it, so no new connection meets a closed port.
+    pub shutdown_delay_secs: u64,
     pub cluster: ClusterSection,
     pub engine: EngineSection,
     pub compaction: CompactionSection,
@@ -307,6 +316,7 @@ impl Default for NodeConfig {
             max_value_bytes: 50 << 20,
             max_message_bytes: 64 << 20,
             shutdown_timeout_secs: 30,
+            shutdown_delay_secs: 0,
             cluster: ClusterSection::default(),
             engine: EngineSection::default(),
             compaction: CompactionSection::default(),
@@ -346,6 +356,12 @@ impl NodeConfig {
             );
         }
         self.bucket_types()?;
+        if self.shutdown_delay_secs > MAX_SHUTDOWN_DELAY_SECS {
+            bail!(
+                "shutdown_delay_secs must be at most {MAX_SHUTDOWN_DELAY_SECS}, got {}",
+                self.shutdown_delay_secs
+            );
+        }
         if self.max_message_bytes < self.max_value_bytes {
             bail!(
                 "max_message_bytes ({}) must be at least max_value_bytes ({})",
@@ -607,6 +623,12 @@ members = [
         assert!(bad("[limits]\nvnode_concurrency = 0\n").contains("vnode_concurrency"));
         assert!(bad("[limits]\ndefault_deadline_ms = 0\n").contains("default_deadline_ms"));
         assert!(bad("[limits]\nqueue = 3\n").contains("unknown field"));
+        assert!(bad("shutdown_delay_secs = 121\n")
+            .contains("shutdown_delay_secs must be at most 120, got 121"));
+        let ok = NodeConfig::load_str("shutdown_delay_secs = 120\n").unwrap();
+        ok.validate().unwrap();
+        assert_eq!(ok.shutdown_delay_secs, 120);
+        assert_eq!(NodeConfig::default().shutdown_delay_secs, 0);
     }
 
     #[test]

@@ -79,6 +79,10 @@ struct ServeArgs {
     /// Longest wait, on SIGTERM, for in-flight requests before the stores close.
     #[arg(long, env = "LEVEE_SHUTDOWN_TIMEOUT_SECS")]
     shutdown_timeout_secs: Option<u64>,
+    /// On SIGTERM, keep accepting and serving this long (already reporting not ready) before
+    /// draining, so load balancers stop sending first (the operator sets 5).
+    #[arg(long, env = "LEVEE_SHUTDOWN_DELAY_SECS")]
+    shutdown_delay_secs: Option<u64>,
     /// Serve gRPC over TLS with this certificate chain (PEM); needs --tls-key. Overrides [tls]
     /// cert_file. The former LEVEE_TLS_CERT is still read, with a warning.
     #[arg(long, env = "LEVEE_SERVER_TLS_CERT")]
@@ -170,6 +174,9 @@ async fn serve(mut a: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = a.shutdown_timeout_secs {
         cfg.shutdown_timeout_secs = v;
+    }
+    if let Some(v) = a.shutdown_delay_secs {
+        cfg.shutdown_delay_secs = v;
     }
     if a.tls_cert.is_some() || a.tls_key.is_some() || a.tls_client_ca.is_some() {
         let t = cfg.tls.get_or_insert_with(Default::default);

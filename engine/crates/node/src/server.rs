@@ -221,10 +221,6 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     let _ = std::io::stdout().flush();
 
     stop.await;
-    log::info!(
-        "shutting down: draining in-flight requests (up to {} s)",
-        cfg.shutdown_timeout_secs
-    );
     ready.store(false, Ordering::Release);
     // gRPC health says so too (as /readyz does): clients and load balancers watching it stop
     // sending new requests while the in-flight ones drain.
@@ -234,6 +230,20 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
+    if cfg.shutdown_delay_secs > 0 {
+        // Not ready, still serving: the Service's endpoints, and kube-proxy's rules on every
+        // node, drop this member a moment after its readiness fails. Closing the port now
+        // would refuse the connections still routed here meanwhile.
+        log::info!(
+            "shutting down: not ready, still serving for {} s (shutdown_delay_secs) so load balancers stop sending",
+            cfg.shutdown_delay_secs
+        );
+        tokio::time::sleep(Duration::from_secs(cfg.shutdown_delay_secs)).await;
+    }
+    log::info!(
+        "shutting down: draining in-flight requests (up to {} s)",
+        cfg.shutdown_timeout_secs
+    );
     let _ = stop_tx.send(true);
     let drain = async {
         let _ = grpc_task.await;

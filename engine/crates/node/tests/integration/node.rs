@@ -663,6 +663,61 @@ async fn grpc_health_turns_not_serving_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
 }
 
+/// With `shutdown_delay_secs`, a node that gets SIGTERM reports not ready at once but keeps
+/// accepting connections and serving for the delay — a Service still routes new connections to
+/// it until its endpoints drop the member — then drains and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_shutdown_delay_serves_new_connections_while_not_ready() {
+    let readyz = |addr: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        write!(s, "GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+        let mut r = String::new();
+        s.read_to_string(&mut r).ok()?;
+        r.split_whitespace().nth(1).map(str::to_string)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let delay = Duration::from_secs(3);
+    let mut node = Node::start(dir.path(), &["--shutdown-delay-secs", "3"]);
+    assert_eq!(readyz(&node.metrics).as_deref(), Some("200"));
+    let signalled = Instant::now();
+    node.signal(SIGTERM);
+    while readyz(&node.metrics).as_deref() != Some("503") {
+        assert!(
+            signalled.elapsed() < Duration::from_secs(1),
+            "/readyz still not 503 a second after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A new connection, as one routed here before the endpoints change: served.
+    let mut kv = node.kv().await;
+    kv.put(put("b", "late", b"v", vec![])).await.unwrap();
+    let got = kv
+        .get(pb::GetRequest {
+            bucket: "b".into(),
+            key: "late".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.value, b"v");
+    assert!(
+        signalled.elapsed() < delay,
+        "the checks took longer than the delay ({:?}): they prove nothing",
+        signalled.elapsed()
+    );
+    let status = tokio::task::spawn_blocking(move || node.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        signalled.elapsed() >= delay,
+        "exited {:?} after SIGTERM, before the delay",
+        signalled.elapsed()
+    );
+}
+
 /// A SIGTERM sent the moment the startup line appears drains the node like any other: the
 /// handlers are installed before that line, so the signal never meets the default action (which
 /// killed the process with its stores open). Several starts, since a late handler lost the race

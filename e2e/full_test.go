@@ -159,9 +159,12 @@ func TestFull(t *testing.T) {
 		cli := e.cli()
 		svc := strings.TrimSpace(e.kubectl("-n", clusterNS, "get", "svc", cluster, "-o", "jsonpath={.spec.clusterIP}"))
 		var ok, failed atomic.Int64
+		var firstErrs []string // the first few failures, for rollout.txt (one goroutine writes)
 		stop := background(func(i int) {
 			if _, err := e.exec("", cli, "put", "e2e-rollout", fmt.Sprintf("k%d", i%500), "v", "--addr", svc+":8087", "--timeout", "2"); err != nil {
-				failed.Add(1)
+				if failed.Add(1) <= 5 {
+					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+strings.TrimSpace(err.Error()))
+				}
 			} else {
 				ok.Add(1)
 			}
@@ -210,7 +213,11 @@ func TestFull(t *testing.T) {
 		stop()
 		msg := fmt.Sprintf("rolled %v; at most %d member(s) not Ready at once; %d writes ok, %d failed during the rollout",
 			order, maxDown, ok.Load(), failed.Load())
-		_ = os.WriteFile(filepath.Join(out, "rollout.txt"), []byte(msg+"\n"), 0o644)
+		report := msg + "\n"
+		for _, f := range firstErrs {
+			report += "  failed: " + f + "\n"
+		}
+		_ = os.WriteFile(filepath.Join(out, "rollout.txt"), []byte(report), 0o644)
 		if maxDown > 1 || len(order) != 3 {
 			t.Fatal(msg)
 		}

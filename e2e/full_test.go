@@ -254,12 +254,13 @@ func TestFull(t *testing.T) {
 		})
 		time.Sleep(5 * time.Second)
 		e.kubectl("-n", clusterNS, "delete", "pod", pod, "--wait=false")
-		// The new pod, Ready (not the old one still terminating).
+		// The new pod, Ready (not the old one still terminating). Between the old pod's removal
+		// and the StatefulSet creating the new one there is no pod of that name: not back yet.
 		deadline := time.Now().Add(5 * time.Minute)
 		for {
-			uid := strings.TrimSpace(e.kubectl("-n", clusterNS, "get", "pod", pod, "-o", "jsonpath={.metadata.deletionTimestamp}"))
-			ready := strings.TrimSpace(e.kubectl("-n", clusterNS, "get", "pod", pod, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`))
-			if uid == "" && ready == "True" && failed.Load() > 0 {
+			state, err := e.exec("", "kubectl", "-n", clusterNS, "get", "pod", pod, "-o",
+				`jsonpath={.metadata.deletionTimestamp}/{.status.conditions[?(@.type=="Ready")].status}`)
+			if err == nil && strings.TrimSpace(state) == "/True" && failed.Load() > 0 {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -542,7 +542,7 @@ impl pb::kv_server::Kv for KvService {
         );
         tokio::spawn(async move {
             let outcome = loop {
-                let page = match reader.next_page(client_deadline, default_deadline).await {
+                let page = match reader.next_page(client_deadline).await {
                     Ok(p) => p,
                     Err(e) => {
                         let label = result_label(&Err(&e));

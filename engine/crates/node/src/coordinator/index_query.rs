@@ -106,13 +106,10 @@ impl IndexReader {
     }
 
     /// The next page, asking vnodes for more as the merge needs it. Each vnode page starts by
-    /// the client's deadline, or within `default` of being asked; one refused for overload is
-    /// asked again (`coverage::with_page_retries`).
-    pub async fn next_page(
-        &mut self,
-        client_deadline: Option<Instant>,
-        default: Duration,
-    ) -> Result<Page, Status> {
+    /// the client's deadline, or within the node's default deadline of being asked; one refused
+    /// for overload is asked again (`coverage::with_page_retries`).
+    pub async fn next_page(&mut self, client_deadline: Option<Instant>) -> Result<Page, Status> {
+        let default = self.c.replicas.default_deadline;
         let mut entries = Vec::new();
         loop {
             if entries.len() == self.page_size && !self.merge.finished() {

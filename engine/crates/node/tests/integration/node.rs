@@ -668,21 +668,18 @@ async fn grpc_health_turns_not_serving_on_sigterm() {
 /// it until its endpoints drop the member — then drains and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_a_shutdown_delay_serves_new_connections_while_not_ready() {
-    let readyz = |addr: &str| {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).ok()?;
-        write!(s, "GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-        let mut r = String::new();
-        s.read_to_string(&mut r).ok()?;
+    // The status code of /readyz; None once the port is closed.
+    let readyz = |node: &Node| {
+        let r = node.http_get("/readyz").ok()?;
         r.split_whitespace().nth(1).map(str::to_string)
     };
     let dir = tempfile::tempdir().unwrap();
     let delay = Duration::from_secs(3);
     let mut node = Node::start(dir.path(), &["--shutdown-delay-secs", "3"]);
-    assert_eq!(readyz(&node.metrics).as_deref(), Some("200"));
+    assert_eq!(readyz(&node).as_deref(), Some("200"));
     let signalled = Instant::now();
     node.signal(SIGTERM);
-    while readyz(&node.metrics).as_deref() != Some("503") {
+    while readyz(&node).as_deref() != Some("503") {
         assert!(
             signalled.elapsed() < Duration::from_secs(1),
             "/readyz still not 503 a second after SIGTERM"

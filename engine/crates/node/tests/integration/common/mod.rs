@@ -92,12 +92,18 @@ impl Node {
 
     /// The body of `/metrics` (Prometheus text).
     pub fn metrics_text(&self) -> String {
+        self.http_get("/metrics").unwrap()
+    }
+
+    /// The whole HTTP/1.0 response (status line, headers, body) to a GET of `path` on the
+    /// metrics port.
+    pub fn http_get(&self, path: &str) -> std::io::Result<String> {
         use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&self.metrics).unwrap();
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
+        let mut s = std::net::TcpStream::connect(&self.metrics)?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n")?;
+        let mut response = String::new();
+        s.read_to_string(&mut response)?;
+        Ok(response)
     }
 
     /// Every metric family the node exports, name → type, from the `# TYPE` lines.

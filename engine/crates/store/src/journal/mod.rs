@@ -365,10 +365,18 @@ impl JournalWriter {
             file.append(&link)
         }
         .ctx(|| format!("writing the link of journal segment {new_id}"))?;
+        let next = segment::encode_next(segment::Next {
+            id: self.seg.id,
+            next_id: new_id,
+            last_sqn,
+        });
         let out = RolledOut {
             seg: std::mem::replace(&mut self.seg, seg),
-            file: std::mem::replace(&mut self.file, file),
-            cut_to: self.reused.then_some(self.size),
+            tail: RolledTail {
+                file: std::mem::replace(&mut self.file, file),
+                cut_to: self.reused.then_some(self.size),
+                next,
+            },
         };
         self.size = link.len() as u64;
         self.records = 0;
@@ -382,7 +390,18 @@ impl JournalWriter {
 /// A segment a roll has just replaced as the active one.
 pub(crate) struct RolledOut {
     pub seg: Arc<Segment>,
+    pub tail: RolledTail,
+}
+
+/// What the next sync of the journal does to a segment a roll replaced, before any record of
+/// the newer segments is called durable (`Inner::sync_rolled`): cut a reused file to its
+/// records, end it with its successor mark, fdatasync it.
+#[derive(Clone)]
+pub(crate) struct RolledTail {
     pub file: Arc<dyn StorageFile>,
     /// A reused file is cut to its records' end here before its tail is synced.
     pub cut_to: Option<u64>,
+    /// The mark naming the segment the roll started (`segment::encode_next`), written once that
+    /// segment's directory entry is durable.
+    pub next: Vec<u8>,
 }

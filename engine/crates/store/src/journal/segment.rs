@@ -10,8 +10,14 @@
 //! link     := ff ff ff ff "LVLK" prev_id:u64 prev_len:u64 crc:u32  (a record never starts so)
 //! reused   := ff ff ff ff "LVLR" prev_id:u64 prev_len:u64 floor:u64 crc:u32
 //! spare    := ff ff ff ff "LVSP"
+//! next     := ff ff ff ff "LVNX" id:u64 next_id:u64 last_sqn:u64 crc:u32
 //! idx      := "LVIX" version:u32 count:u64 (sqn:u64 offset:u64 len:u32)* crc:u32
 //! ```
+//!
+//! A segment a roll replaced ends with `next`, naming the segment that followed it. It is
+//! written after the new segment's directory entry is durable and synced with the old segment's
+//! tail, so before anything in the new segment is called durable: a newest segment lost before
+//! any manifest listed it is then still seen to be missing (the manifest cannot tell).
 //!
 //! A *reused* segment is the file of a segment journal compaction replaced, written over from
 //! the start (`spare.rs`): past its records lie the old file's bytes, whose records all carry
@@ -58,6 +64,51 @@ const REUSED_LINK_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'L', b'
 pub(crate) const REUSED_LINK_BYTES: u64 = LINK_BYTES + 8;
 /// What a spare begins with (`spare.rs`): written over the old file's start before it is renamed.
 pub(crate) const SPARE_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'S', b'P'];
+
+/// The mark a segment a roll replaced ends with (see the module docs).
+const NEXT_MAGIC: [u8; 8] = [0xff, 0xff, 0xff, 0xff, b'L', b'V', b'N', b'X'];
+/// Bytes of the mark: magic, the segment's id, its successor's id, its last SQN, CRC.
+pub(crate) const NEXT_BYTES: u64 = 8 + 8 + 8 + 8 + 4;
+
+/// What a segment a roll replaced says about the segment that followed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Next {
+    /// The segment the mark ends (a reused file's old mark names another id).
+    pub id: u64,
+    /// The segment the roll started.
+    pub next_id: u64,
+    /// The last record's SQN in this segment (a reused file's old mark has an older one).
+    pub last_sqn: u64,
+}
+
+pub(crate) fn encode_next(next: Next) -> Vec<u8> {
+    let mut out = Vec::with_capacity(NEXT_BYTES as usize);
+    out.extend_from_slice(&NEXT_MAGIC);
+    put_u64(&mut out, next.id);
+    put_u64(&mut out, next.next_id);
+    put_u64(&mut out, next.last_sqn);
+    seal(&mut out, 0);
+    out
+}
+
+/// The mark `buf` holds, if it is a whole one whose checksum holds.
+fn decode_next(buf: &[u8]) -> Option<Next> {
+    if buf.len() != NEXT_BYTES as usize || buf[..NEXT_MAGIC.len()] != NEXT_MAGIC {
+        return None;
+    }
+    let payload = unseal(buf, "segment successor mark").ok()?;
+    let mut r = Reader::new(&payload[NEXT_MAGIC.len()..], "segment successor mark");
+    Some(Next {
+        id: r.u64().ok()?,
+        next_id: r.u64().ok()?,
+        last_sqn: r.u64().ok()?,
+    })
+}
+
+/// The id of the segment at `path` (`<id>.seg`).
+fn id_of(path: &Path) -> Option<u64> {
+    path.file_stem()?.to_str()?.parse().ok()
+}
 
 /// What a rolled-in segment says about the segment it replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -650,7 +701,7 @@ fn rescan_closed(disk: &dyn Storage, path: &Path) -> Result<Vec<IdxEntry>> {
             entries.push(e);
             Ok(())
         })? {
-            ScanEnd::Clean => return Ok(entries),
+            ScanEnd::Clean | ScanEnd::Rolled { .. } => return Ok(entries),
             ScanEnd::TornTail { offset, reason } => {
                 log::warn!(
                     "closed journal segment {}: damaged tail at offset {offset} ({reason})",
@@ -748,6 +799,8 @@ fn zero_header_at(file: &dyn StorageFile, path: &Path, offset: u64) -> Result<bo
 pub(crate) enum ScanEnd {
     /// Every byte parsed as records.
     Clean,
+    /// Every byte parsed as records, then this segment's mark of a roll to segment `next_id`.
+    Rolled { next_id: u64 },
     /// A partial or damaged record at the very end, with nothing valid after it: a torn write.
     TornTail { offset: u64, reason: String },
     /// A damaged record followed by valid data: real corruption.
@@ -844,9 +897,22 @@ pub(crate) fn scan(
     };
     let mut offset = start;
     let mut body = Vec::new();
+    let id = id_of(path);
     loop {
         if offset == file_len {
             return Ok(ScanEnd::Clean);
+        }
+        // The mark a roll ended this segment with: the last bytes, right after its last record.
+        // One a reused file kept from its earlier use names another segment or an older SQN.
+        if file_len - offset == NEXT_BYTES {
+            let mut buf = [0u8; NEXT_BYTES as usize];
+            file.read_exact_at(&mut buf, offset)
+                .ctx(|| format!("reading {}", path.display()))?;
+            if let Some(n) =
+                decode_next(&buf).filter(|n| Some(n.id) == id && n.last_sqn == last_sqn)
+            {
+                return Ok(ScanEnd::Rolled { next_id: n.next_id });
+            }
         }
         let problem = (|| -> Result<std::result::Result<(IdxEntry, Vec<u8>), String>> {
             if file_len - offset < HEADER_BYTES as u64 {
@@ -1042,6 +1108,20 @@ mod tests {
         }
     }
 
+    /// Scan a segment file at `path` holding `bytes`: the SQNs of its records, and how it ended.
+    fn scan_bytes(path: &str, bytes: &[u8]) -> (Vec<u64>, super::ScanEnd) {
+        let d = SimDisk::new();
+        let path = Path::new(path);
+        d.create(path).unwrap().append(bytes).unwrap();
+        let mut got = Vec::new();
+        let end = super::scan(&d, path, 0, 0, |e, _| {
+            got.push(e.sqn);
+            Ok(())
+        })
+        .unwrap();
+        (got, end)
+    }
+
     /// Records `sqns` back to back, each with a value of `len` bytes.
     fn records(sqns: std::ops::RangeInclusive<u64>, len: usize) -> Vec<u8> {
         let mut out = Vec::new();
@@ -1095,15 +1175,7 @@ mod tests {
                     fresh.extend_from_slice(&records(new.clone(), 30));
                 }
                 bytes[..fresh.len()].copy_from_slice(&fresh);
-                let d = SimDisk::new();
-                let path = Path::new("/s.seg");
-                d.create(path).unwrap().append(&bytes).unwrap();
-                let mut got = Vec::new();
-                let end = scan(&d, path, 0, 0, |e, _| {
-                    got.push(e.sqn);
-                    Ok(())
-                })
-                .unwrap();
+                let (got, end) = scan_bytes("/s.seg", &bytes);
                 let want: Vec<u64> = new.clone().filter(|s| *s > 0).collect();
                 let case = format!("old file reused {old_reused}, new records {want:?}");
                 assert_eq!(got, want, "{case}");
@@ -1125,6 +1197,65 @@ mod tests {
             })
             .unwrap();
             assert!(!any && matches!(end, ScanEnd::Clean), "a spare: {end:?}");
+        }
+    }
+
+    /// A scan ends `Rolled` only at this segment's own successor mark, right after its last
+    /// record and at the very end of the file. A mark naming another segment or an older last
+    /// SQN (a reused file's, from its earlier use), a torn or damaged one, or one with bytes
+    /// after it is a tail like any other: cut as torn.
+    #[test]
+    fn only_a_segments_own_whole_mark_after_its_last_record_ends_it_rolled() {
+        use super::{encode_next, Next, ScanEnd, NEXT_BYTES};
+        let own = Next {
+            id: 7,
+            next_id: 8,
+            last_sqn: 13,
+        };
+        let torn = |mut b: Vec<u8>| {
+            b.truncate(NEXT_BYTES as usize - 5);
+            b
+        };
+        let flipped = |mut b: Vec<u8>| {
+            b[12] ^= 1;
+            b
+        };
+        let trailing = |mut b: Vec<u8>| {
+            b.extend_from_slice(&[0; 3]);
+            b
+        };
+        let cases: Vec<(&str, Vec<u8>, Option<u64>)> = vec![
+            ("its own mark", encode_next(own), Some(8)),
+            (
+                "another segment's",
+                encode_next(Next { id: 3, ..own }),
+                None,
+            ),
+            (
+                "an older last SQN",
+                encode_next(Next {
+                    last_sqn: 12,
+                    ..own
+                }),
+                None,
+            ),
+            ("torn", torn(encode_next(own)), None),
+            ("damaged", flipped(encode_next(own)), None),
+            ("bytes after it", trailing(encode_next(own)), None),
+        ];
+        for (case, mark, want) in cases {
+            let body = records(11..=13, 40);
+            let mut bytes = body.clone();
+            bytes.extend_from_slice(&mark);
+            let (got, end) = scan_bytes("/00000000000000000007.seg", &bytes);
+            assert_eq!(got, vec![11, 12, 13], "{case}");
+            match (end, want) {
+                (ScanEnd::Rolled { next_id }, Some(w)) => assert_eq!(next_id, w, "{case}"),
+                (ScanEnd::TornTail { offset, .. }, None) => {
+                    assert_eq!(offset, body.len() as u64, "{case}")
+                }
+                (other, _) => panic!("{case}: {other:?}"),
+            }
         }
     }
 

@@ -29,7 +29,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsutil::{create_dir_durable, remove_if_exists, sync_dir};
 use crate::journal::record::{self, Kind, RecordView};
 use crate::journal::segment::{self, IdxEntry, ScanEnd, Segment};
-use crate::journal::{Journal, JournalWriter};
+use crate::journal::{Journal, JournalWriter, RolledTail};
 use crate::keys::{self, IndexChange, IndexOp};
 use crate::ledger::memtable::Memtable;
 use crate::ledger::sst::{sst_path, Table, TableBuilder};
@@ -124,9 +124,8 @@ struct JournalFiles {
     active: Arc<dyn StorageFile>,
     /// Files of segments rolls replaced whose tails are not yet synced, oldest first. Every sync
     /// of the active file syncs these first (`Inner::sync_rolled`), so nothing in a newer segment
-    /// is called durable while an older one's tail may still be lost. With each, the length a
-    /// reused file is cut to first (`RolledOut::cut_to`).
-    unsynced: Vec<(Arc<dyn StorageFile>, Option<u64>)>,
+    /// is called durable while an older one's tail may still be lost.
+    unsynced: Vec<RolledTail>,
 }
 
 struct ManifestState {

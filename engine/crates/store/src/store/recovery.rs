@@ -153,6 +153,8 @@ impl Store {
         // predecessor, or a hole anywhere else, is still reported.
         let mut lengths: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
         let mut cutting = false;
+        // (segment, the segment its successor mark names), from the segments scanned.
+        let mut rolled_to: Vec<(u64, u64)> = Vec::new();
         // `Ok(false)`: the record lies after such a hole (`may_cut`) and is not replayed.
         let mut replay =
             |mem: &mut MemState, view: &RecordView<'_>, may_cut: bool| -> Result<bool> {
@@ -290,6 +292,10 @@ impl Store {
                     };
                     match end {
                         ScanEnd::Clean => break,
+                        ScanEnd::Rolled { next_id } => {
+                            rolled_to.push((id, next_id));
+                            break;
+                        }
                         ScanEnd::TornTail { offset, reason } => {
                             log::warn!(
                                 "journal segment {}: torn tail at offset {offset} ({reason}); truncating",
@@ -346,6 +352,20 @@ impl Store {
                 // Removed only once a manifest that no longer lists it is on disk.
                 empty_segments.push(id);
             }
+        }
+        // A segment a roll started, newer than every segment the manifest lists, is known only
+        // by the mark its predecessor ends with (the manifest that would list it was not yet
+        // written): missing, it took acknowledged writes with it and no SQN gap shows it.
+        // Older ones may be gone rightly (compaction), and the manifest says which must exist.
+        if let Some(&(id, next)) = rolled_to
+            .iter()
+            .find(|(_, next)| !ids.contains(next) && max_listed.is_none_or(|m| *next > m))
+        {
+            return Err(Error::Corruption(format!(
+                "journal segment {next} is missing from {}: segment {id} ends with the mark of a \
+                 roll to it, and no manifest lists it yet, so it held the newest writes",
+                journal_dir.display()
+            )));
         }
         if let Some((want, got)) = gap {
             return Err(Error::Corruption(format!(

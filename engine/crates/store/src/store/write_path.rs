@@ -439,7 +439,7 @@ impl Inner {
                         *self.journal_dir_due.lock() = true;
                         {
                             let mut files = self.journal_files.lock();
-                            files.unsynced.push((old.file, old.cut_to));
+                            files.unsynced.push(old.tail);
                             files.active = w.journal.file.clone();
                         }
                         self.journal.push(w.journal.seg.clone());
@@ -715,25 +715,32 @@ impl Inner {
                 files.active.clone(),
             )
         };
-        for (file, cut_to) in &unsynced {
-            if let Some(len) = cut_to {
+        // The directory first: each rolled-out segment's mark names the segment after it, which
+        // must then be found after any crash (recovery reports a named segment that is missing).
+        self.sync_journal_dir().map_err(|e| {
+            self.poison_journal(format!("syncing the journal directory failed: {e}"))
+        })?;
+        for tail in &unsynced {
+            let file = &*tail.file;
+            let marked = match tail.cut_to {
                 // A reused file: the old file's bytes past its records go before its tail is
                 // synced (the sync makes the new length durable with the data).
-                if let Err(e) = file.set_len(*len) {
-                    return Err(self.poison_journal(format!(
-                        "cutting a reused journal segment to its records failed: {e}"
-                    )));
-                }
+                Some(len) => file
+                    .set_len(len)
+                    .and_then(|()| file.write_at(&tail.next, len)),
+                None => file.append(&tail.next),
+            };
+            if let Err(e) = marked {
+                return Err(self.poison_journal(format!(
+                    "ending a rolled-out journal segment with its successor mark failed: {e}"
+                )));
             }
-            self.sync_journal_file(&**file, "fdatasync of a rolled-out journal segment")?;
+            self.sync_journal_file(file, "fdatasync of a rolled-out journal segment")?;
         }
         if !unsynced.is_empty() {
             // Only syncs (behind the gate) take from the front; rolls add at the back.
             self.journal_files.lock().unsynced.drain(..unsynced.len());
         }
-        self.sync_journal_dir().map_err(|e| {
-            self.poison_journal(format!("syncing the journal directory failed: {e}"))
-        })?;
         Ok((target, active))
     }
 

@@ -253,6 +253,15 @@ fn new_tables_are_in_their_directory_before_a_manifest_names_them() {
     s.close().unwrap();
 }
 
+/// The journal segment file with the highest id.
+fn newest_segment(disk: &SimDisk) -> std::path::PathBuf {
+    disk.list_files()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".seg"))
+        .max()
+        .expect("a segment exists")
+}
+
 /// Bug 5: recovery did not check that the segments the manifest lists exist, so a lost segment
 /// silently dropped writes the ledger had not persisted.
 #[test]
@@ -265,16 +274,53 @@ fn a_missing_journal_segment_is_reported_not_skipped() {
             .unwrap();
     }
     s.simulate_crash(); // the ledger has persisted nothing: every record needs replay
-                        // The newest segment: its loss leaves no gap in the SQNs, only the manifest can tell.
-    let lost = disk
-        .list_files()
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".seg"))
-        .max()
-        .expect("a segment exists");
-    disk.delete_durably(&lost).unwrap();
+                        // The newest segment: its loss leaves no gap in the SQNs; the manifest (or, if no manifest
+                        // lists it yet, the mark its predecessor ends with) tells.
+    disk.delete_durably(&newest_segment(&disk)).unwrap();
     match open(&disk, &c) {
         Err(Error::Corruption(m)) => assert!(m.contains("missing"), "{m}"),
+        other => panic!("expected a Corruption error naming the missing segment, got {other:?}"),
+    }
+}
+
+/// Bug 5, found by CI: a roll's new manifest is written later, on the ledger worker, so for a
+/// while the newest segment is listed nowhere. Acknowledged writes in it, lost with the file,
+/// left no SQN gap and no missing listed segment: the open succeeded without them. The segment
+/// the roll replaced now ends with a mark naming its successor, synced before anything newer is.
+#[test]
+fn a_lost_newest_segment_is_reported_before_a_manifest_lists_it() {
+    let disk = SimDisk::new();
+    let c = cfg(SyncMode::Sync);
+    let s = open(&disk, &c).unwrap();
+    // The worker's first file after the roll is the replaced segment's index, before the
+    // manifest that would list the new segment: hold it there.
+    let pause = pause_thread_at(&disk, "levee-ledger", SimOp::Create);
+    for i in 0..15 {
+        s.put(b"b", format!("k{i}").as_bytes(), b"v", b"", &[])
+            .unwrap();
+    }
+    pause
+        .paused
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the ledger worker closes the rolled-out segment");
+    let after = disk.power_cut(0, false);
+    pause.resume.send(()).unwrap();
+    drop(s);
+    // Writes k10..k14 were acknowledged, and only segment 2 holds them.
+    let newest = newest_segment(&after);
+    assert!(
+        newest
+            .to_string_lossy()
+            .ends_with("00000000000000000002.seg"),
+        "{newest:?}"
+    );
+    after.delete_durably(&newest).unwrap();
+    match open(&after, &c) {
+        // Told by the mark, not by a manifest (which would say "listed in the manifest").
+        Err(Error::Corruption(m)) => assert!(
+            m.contains("segment 2 is missing") && m.contains("no manifest lists it"),
+            "{m}"
+        ),
         other => panic!("expected a Corruption error naming the missing segment, got {other:?}"),
     }
 }

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use futures_util::FutureExt;
 use levee_cluster::Member;
 use levee_proto::v1 as pb;
 use parking_lot::Mutex;
@@ -187,14 +188,82 @@ impl Peers {
 
     /// A call to `name` got `status`: mark it down if the node itself was not reached.
     pub fn observe(&self, name: &str, status: &Status) {
-        if name != self.self_name && is_unreachable(status) {
-            let mut down = self.down.lock();
-            if !down.contains_key(name) {
-                log::warn!("member {name} marked down: {}", status.message());
-                down.insert(name.to_string(), Instant::now());
-                *self.last_change.lock() = Some(Instant::now());
-            }
+        if is_unreachable(status) {
+            self.mark_down(name, status.message());
         }
+    }
+
+    /// What `name` said of itself (`Node.Announce`): shutting down (down until a probe finds
+    /// it serving), or serving after a start (up now).
+    pub fn heard(&self, name: &str, leaving: bool) {
+        if leaving {
+            self.mark_down(name, "it is shutting down");
+        } else if let Some(since) = self.down.lock().remove(name) {
+            *self.last_change.lock() = Some(Instant::now());
+            log::info!(
+                "member {name} is up again (down for {:.1} s; it says it serves)",
+                since.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    fn mark_down(&self, name: &str, why: &str) {
+        if name == self.self_name {
+            return;
+        }
+        let mut down = self.down.lock();
+        if !down.contains_key(name) {
+            log::warn!("member {name} marked down: {why}");
+            down.insert(name.to_string(), Instant::now());
+            *self.last_change.lock() = Some(Instant::now());
+        }
+    }
+
+    /// Tell every other member of `view` what this node is doing (`Node.Announce`): shutting
+    /// down (`leaving`) or serving after a start. At once and each within `timeout`; returns
+    /// (told, asked). A member not told learns it from the first call this node refuses, or
+    /// from its next probe.
+    pub async fn announce(
+        &self,
+        view: &crate::membership::ClusterView,
+        leaving: bool,
+        timeout: Duration,
+    ) -> (usize, usize) {
+        let mut names = BTreeSet::new();
+        let calls: Vec<_> = view
+            .list
+            .members()
+            .iter()
+            .chain(view.routing_list.members())
+            .filter(|m| m.name != self.self_name && names.insert(m.name.clone()))
+            .map(|m| {
+                let client = self.client(m);
+                let name = m.name.clone();
+                let me = self.self_name.clone();
+                async move {
+                    let mut req = tonic::Request::new(pb::AnnounceRequest {
+                        member: me,
+                        leaving,
+                    });
+                    req.set_timeout(timeout);
+                    client?.announce(req).await.map(|_| ())
+                }
+                .map(move |r: Result<(), Status>| match r {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::debug!("announcing to member {name}: {}", e.message());
+                        false
+                    }
+                })
+            })
+            .collect();
+        let asked = calls.len();
+        let told = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .filter(|ok| *ok)
+            .count();
+        (told, asked)
     }
 
     /// Renewed TLS files: new client settings, and the connections made with the old ones

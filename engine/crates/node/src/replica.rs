@@ -906,6 +906,7 @@ fn reply_object(s: &Stored, durable: bool) -> pb::ReplicaObject {
 pub struct NodeService {
     pub replicas: Arc<Replicas>,
     pub transitions: Arc<crate::transition::Transitions>,
+    pub peers: Arc<crate::peers::Peers>,
 }
 
 fn key_of(k: Option<pb::ReplicaKey>) -> Result<pb::ReplicaKey, Status> {
@@ -1158,6 +1159,20 @@ impl pb::node_server::Node for NodeService {
             })
             .await?;
         Ok(Response::new(crate::admin::segment_keys_response(keys)))
+    }
+
+    async fn announce(
+        &self,
+        req: Request<pb::AnnounceRequest>,
+    ) -> Result<Response<pb::AnnounceResponse>, Status> {
+        let a = req.into_inner();
+        if a.member.is_empty() {
+            return Err(Status::invalid_argument(
+                "Announce needs the announcing member's name",
+            ));
+        }
+        self.peers.heard(&a.member, a.leaving);
+        Ok(Response::new(pb::AnnounceResponse {}))
     }
 
     async fn ring_state(

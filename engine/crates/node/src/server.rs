@@ -139,9 +139,11 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         coordinator.clone(),
         Duration::from_secs(cfg.aae.exchange_interval_secs),
     ));
+    let peers = coordinator.peers.clone();
     let node = NodeService {
         replicas,
         transitions,
+        peers: peers.clone(),
     };
     let kv = KvService {
         coordinator: coordinator.clone(),
@@ -211,6 +213,15 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
         wait_stop(stop_rx.clone()),
     ));
 
+    // Members that marked this node down when it stopped (or could not reach it) route to it
+    // again now, not at their next probe. Before readiness: a restart in a rolling update is
+    // done, for the next member to stop, only once the others use this one again.
+    let (told, asked) = peers
+        .announce(&vnodes.membership.view(), false, ANNOUNCE_TIMEOUT)
+        .await;
+    if asked > 0 {
+        log::info!("told {told} of {asked} members this node serves");
+    }
     ready.store(true, Ordering::Release);
     println!(
         "levee: serving gRPC on {grpc_addr}, metrics on {http_addr}, {} vnodes in {}",
@@ -230,6 +241,15 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
+    // The other members route this node's replicas to fallbacks from now on, rather than from
+    // the first calls it refuses once it stops serving (each of those a failed replica: two of
+    // them in a preflist this node holds twice fail a w=2 write).
+    let (told, asked) = peers
+        .announce(&vnodes.membership.view(), true, ANNOUNCE_TIMEOUT)
+        .await;
+    if asked > 0 {
+        log::info!("shutting down: told {told} of {asked} members this node is leaving");
+    }
     if cfg.shutdown_delay_secs > 0 {
         // Not ready, still serving: the Service's endpoints, and kube-proxy's rules on every
         // node, drop this member a moment after its readiness fails. Closing the port now
@@ -262,6 +282,9 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     log::info!("stores flushed and closed");
     Ok(())
 }
+
+/// How long a node waits for each other member to take its `Announce` (at start, at stop).
+const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A future that resolves on SIGTERM or SIGINT. The handlers are installed here, before the
 /// future is first polled: a signal that arrives between the startup line and the first poll

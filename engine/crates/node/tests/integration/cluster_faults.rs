@@ -255,3 +255,62 @@ async fn a_partition_gives_siblings_or_the_later_write_never_silent_loss() {
         assert_eq!(sibling_values(&g), ["right"], "via {a}");
     }
 }
+
+/// A member told to stop (SIGTERM) tells the others before it stops serving, so they route its
+/// replicas to fallbacks at once; started again, it tells them it serves. Without the first
+/// notice, the first write after it stopped that reached it failed on every replica it holds:
+/// with 3 members and a ring size not a multiple of 3, some preflists hold one member twice, and
+/// a w=2 write there failed ("1 ok, 2 failed", as `make e2e`'s rolling restart once saw).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_member_is_routed_around_before_it_refuses_calls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap().to_string();
+    let _down = Down(dir.clone());
+    let named = common::cluster::up(&dir);
+    // A key whose preflist holds one member twice.
+    let mut found = None;
+    for i in 0..5000 {
+        let k = format!("wrap{i}");
+        let pf = common::cluster::preflist(&named, &k).await;
+        let twice = pf
+            .iter()
+            .find(|(_, a)| pf.iter().filter(|(_, b)| b == a).count() == 2);
+        if let Some((_, a)) = twice {
+            found = Some((k, a.clone()));
+            break;
+        }
+    }
+    let (k, doubled) = found.expect("some preflist holds a member twice (3 members, ring 16)");
+    let stopping = named.iter().find(|(_, a)| *a == doubled).unwrap().0.clone();
+    let via = named.iter().find(|(_, a)| *a != doubled).unwrap().clone();
+    // The coordinator has reached the member since it started: nothing marks it down but the
+    // notice (or a failed call).
+    put_via(&via.1, "", &k, "before", Vec::new(), 3).await;
+
+    run(&["kill", &d, &stopping, "TERM"]); // waits for it to exit
+    put_via(&via.1, "", &k, "after", Vec::new(), 2).await;
+    let log = std::fs::read_to_string(dir.join(&via.0).join("log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "member {stopping} marked down: it is shutting down"
+        )),
+        "{} was not told {stopping} was leaving:\n{log}",
+        via.0
+    );
+    let log = std::fs::read_to_string(dir.join(&stopping).join("log")).unwrap();
+    assert!(
+        log.contains("told 2 of 2 members this node is leaving"),
+        "{stopping}'s log:\n{log}"
+    );
+
+    // Started again, it tells the others it serves before it reports ready: they use it at
+    // once, not only after their next probe (a w=3 write needs all three).
+    run(&["start", &d, &stopping]);
+    put_via(&via.1, "", &k, "back", Vec::new(), 3).await;
+    let log = std::fs::read_to_string(dir.join(&stopping).join("log")).unwrap();
+    assert!(
+        log.contains("told 2 of 2 members this node serves"),
+        "{stopping}'s log:\n{log}"
+    );
+}

@@ -144,8 +144,12 @@ func Maintenance() *Dashboard {
 		Q{`sum by (pod) (rate(levee_aae_repairs_total{SEL}[$__rate_interval]))`, "{{pod}}"}))
 	l.add(12, 8, timeseries("Handoff bytes/s per member", "Bytes streamed to other members in hinted or ownership handoff.", "Bps",
 		Q{`sum by (pod) (rate(levee_handoff_bytes_total{SEL}[$__rate_interval]))`, "{{pod}}"}))
+	l.add(12, 8, withRange(timeseries("Members marked down, as each member sees them", "Other members each member has marked down: its calls to them failed, or they said they were shutting down (a rolling restart shows each member in turn). A member stays down until its health check answers SERVING or it says it serves again.", "none",
+		Q{`max by (pod) (levee_members_down{SEL})`, "{{pod}}"}), f(0), nil))
+	l.add(12, 8, timeseries("Hints written/s per member", "Hints a member's coordinator stored on another member for a primary that failed the write (unreachable, or too busy), kept until hinted handoff gives them back. Writes routed to a fallback because their primary was already marked down are not counted here.", "ops",
+		Q{`sum by (pod) (rate(levee_hints_written_total{SEL}[$__rate_interval]))`, "{{pod}}"}))
 	return dashboard("levee-maintenance", "levee / Maintenance",
-		"Background work of levee clusters: journal compaction, journal size, AAE rebuilds and exchanges, repairs, handoff.", l)
+		"Background work of levee clusters: journal compaction, journal size, AAE rebuilds and exchanges, repairs, members marked down, hints, handoff.", l)
 }
 
 // Autoscaler: the operator's verdicts next to the signals they come from.

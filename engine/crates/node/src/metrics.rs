@@ -59,6 +59,8 @@ pub struct Metrics {
     pub coverage_page_retries: IntCounterVec,
     /// Query snapshots this member holds for coverage queries between pages.
     pub query_snapshots_held: IntGauge,
+    /// Other members this node has marked down (`peers.rs`).
+    pub members_down: IntGauge,
     /// Reads of this node's replicas by where they ran ([`crate::replica::READ_PATHS`]).
     pub replica_reads: IntCounterVec,
     /// Expiry (Unix seconds) of the certificate the gRPC port serves, when TLS is on.
@@ -249,6 +251,12 @@ impl Metrics {
         registry
             .register(Box::new(query_snapshots_held.clone()))
             .unwrap();
+        let members_down = IntGauge::new(
+            "levee_members_down",
+            "Other members this node has marked down: calls to them failed, or they said they were shutting down",
+        )
+        .unwrap();
+        registry.register(Box::new(members_down.clone())).unwrap();
         let replica_reads = IntCounterVec::new(
             Opts::new(
                 "levee_replica_reads_total",
@@ -331,6 +339,7 @@ impl Metrics {
             coverage_fetched,
             coverage_page_retries,
             query_snapshots_held,
+            members_down,
             replica_reads,
             vnodes: vnode_gauge,
             tls_expiry,

@@ -47,6 +47,8 @@ pub struct Peers {
     last_change: Mutex<Option<Instant>>,
     /// When this node started (it knows nothing of outages before).
     started: Instant,
+    /// Set to the number of members marked down whenever it changes (`levee_members_down`).
+    down_gauge: std::sync::OnceLock<prometheus::IntGauge>,
 }
 
 fn mtimes(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
@@ -123,6 +125,7 @@ impl Peers {
             down: Mutex::new(BTreeMap::new()),
             last_change: Mutex::new(None),
             started: Instant::now(),
+            down_gauge: std::sync::OnceLock::new(),
         })
     }
 
@@ -170,6 +173,21 @@ impl Peers {
             .max_encoding_message_size(self.max_message))
     }
 
+    /// Keep `gauge` at the number of members marked down.
+    pub fn publish_down_to(&self, gauge: prometheus::IntGauge) {
+        gauge.set(self.down.lock().len() as i64);
+        let _ = self.down_gauge.set(gauge);
+    }
+
+    /// The members marked down changed (`down` is the map, still locked): record when, and
+    /// publish how many.
+    fn down_changed(&self, down: &BTreeMap<String, Instant>) {
+        *self.last_change.lock() = Some(Instant::now());
+        if let Some(g) = self.down_gauge.get() {
+            g.set(down.len() as i64);
+        }
+    }
+
     /// The members marked down.
     pub fn down(&self) -> BTreeSet<String> {
         self.down.lock().keys().cloned().collect()
@@ -198,8 +216,11 @@ impl Peers {
     pub fn heard(&self, name: &str, leaving: bool) {
         if leaving {
             self.mark_down(name, "it is shutting down");
-        } else if let Some(since) = self.down.lock().remove(name) {
-            *self.last_change.lock() = Some(Instant::now());
+            return;
+        }
+        let mut down = self.down.lock();
+        if let Some(since) = down.remove(name) {
+            self.down_changed(&down);
             log::info!(
                 "member {name} is up again (down for {:.1} s; it says it serves)",
                 since.elapsed().as_secs_f64()
@@ -215,7 +236,7 @@ impl Peers {
         if !down.contains_key(name) {
             log::warn!("member {name} marked down: {why}");
             down.insert(name.to_string(), Instant::now());
-            *self.last_change.lock() = Some(Instant::now());
+            self.down_changed(&down);
         }
     }
 
@@ -309,7 +330,10 @@ impl Peers {
             for name in down {
                 let Some(member) = view.member(&name) else {
                     // No longer a member: nothing routes to it.
-                    self.down.lock().remove(&name);
+                    let mut down = self.down.lock();
+                    if down.remove(&name).is_some() {
+                        self.down_changed(&down);
+                    }
                     continue;
                 };
                 let Ok(channel) = self.channel(member) else {
@@ -326,8 +350,9 @@ impl Peers {
                         == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
                 );
                 if serving {
-                    if let Some(since) = self.down.lock().remove(&name) {
-                        *self.last_change.lock() = Some(Instant::now());
+                    let mut down = self.down.lock();
+                    if let Some(since) = down.remove(&name) {
+                        self.down_changed(&down);
                         log::info!(
                             "member {name} is up again (down for {:.1} s)",
                             since.elapsed().as_secs_f64()

@@ -61,6 +61,7 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     vnodes.membership.clone().watch(Duration::from_secs(1));
 
     let metrics = Arc::new(Metrics::new(vnodes.clone(), &cfg.node_name));
+    peers.publish_down_to(metrics.members_down.clone());
     if let Some(t) = &tls {
         t.publish_expiry(metrics.tls_expiry.clone());
     }

@@ -267,7 +267,13 @@ async fn a_stopping_member_is_routed_around_before_it_refuses_calls() {
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
-    let named = common::cluster::up(&dir);
+    let up = common::cluster::up3(&d, &[]);
+    // name, gRPC address, metrics address
+    let nodes: Vec<Vec<String>> = up
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    let named: Vec<(String, String)> = nodes.iter().map(|n| (n[0].clone(), n[1].clone())).collect();
     // A key whose preflist holds one member twice.
     let mut found = None;
     for i in 0..5000 {
@@ -284,11 +290,14 @@ async fn a_stopping_member_is_routed_around_before_it_refuses_calls() {
     let (k, doubled) = found.expect("some preflist holds a member twice (3 members, ring 16)");
     let stopping = named.iter().find(|(_, a)| *a == doubled).unwrap().0.clone();
     let via = named.iter().find(|(_, a)| *a != doubled).unwrap().clone();
+    let via_metrics = nodes.iter().find(|n| n[0] == via.0).unwrap()[2].clone();
     // The coordinator has reached the member since it started: nothing marks it down but the
     // notice (or a failed call).
     put_via(&via.1, "", &k, "before", Vec::new(), 3).await;
 
+    assert_eq!(metric(&via_metrics, "levee_members_down").await, 0.0);
     run(&["kill", &d, &stopping, "TERM"]); // waits for it to exit
+    assert_eq!(metric(&via_metrics, "levee_members_down").await, 1.0);
     put_via(&via.1, "", &k, "after", Vec::new(), 2).await;
     let log = std::fs::read_to_string(dir.join(&via.0).join("log")).unwrap();
     assert!(
@@ -307,6 +316,7 @@ async fn a_stopping_member_is_routed_around_before_it_refuses_calls() {
     // Started again, it tells the others it serves before it reports ready: they use it at
     // once, not only after their next probe (a w=3 write needs all three).
     run(&["start", &d, &stopping]);
+    assert_eq!(metric(&via_metrics, "levee_members_down").await, 0.0);
     put_via(&via.1, "", &k, "back", Vec::new(), 3).await;
     let log = std::fs::read_to_string(dir.join(&stopping).join("log")).unwrap();
     assert!(

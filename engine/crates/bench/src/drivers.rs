@@ -218,15 +218,24 @@ impl Driver for Levee {
     }
     fn close(&self) -> Result<()> {
         let s = self.store.stats();
+        // Bucket bounds, not exact quantiles (the engine keeps a histogram).
+        let bound =
+            |q: f64| match levee_store::journal_fsync_quantile_bound(&s.journal_fsync_buckets, q) {
+                None => "-".to_string(),
+                Some(b) if b.is_finite() => format!("≤ {b} s"),
+                Some(_) => format!("> {} s", levee_store::JOURNAL_FSYNC_BUCKETS.last().unwrap()),
+            };
         eprintln!(
             "levee: write stalls {:.3} s (max {:.3} s), journal rolls {:.3} s (max {:.3} s), \
-             {} fdatasyncs {:.3} s (max {:.3} s), {} flushes, {} merges",
+             {} fdatasyncs {:.3} s (p50 {}, p99 {}, max {:.3} s), {} flushes, {} merges",
             s.write_stall_seconds,
             s.max_write_stall_seconds,
             s.journal_roll_seconds,
             s.max_journal_roll_seconds,
             s.journal_fsyncs,
             s.journal_fsync_seconds,
+            bound(0.5),
+            bound(0.99),
             s.max_journal_fsync_seconds,
             s.flushes,
             s.merges

@@ -57,7 +57,7 @@ pub use snapshot::{
     IndexQuery, ObjectFold, Snapshot, SnapshotKind,
 };
 pub use store::{
-    CompactionReport, Head, Object, Sqn, Stats, Store, JOURNAL_FSYNC_BUCKETS,
-    MAX_INDEX_CHANGE_BYTES,
+    journal_fsync_quantile_bound, CompactionReport, Head, Object, Sqn, Stats, Store,
+    JOURNAL_FSYNC_BUCKETS, MAX_INDEX_CHANGE_BYTES,
 };
 pub use value_codec::{Compression, CompressionPoint, ZSTD_LEVEL};

@@ -53,7 +53,7 @@ mod stats;
 mod write_path;
 
 use stats::Counters;
-pub use stats::{Stats, JOURNAL_FSYNC_BUCKETS};
+pub use stats::{journal_fsync_quantile_bound, Stats, JOURNAL_FSYNC_BUCKETS};
 use write_path::{apply, Applied};
 
 /// Sequence number: one per write, shared by the object and its index entries.

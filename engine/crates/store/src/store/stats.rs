@@ -17,6 +17,32 @@ pub(super) fn fsync_bucket(nanos: u64) -> usize {
         .unwrap_or(JOURNAL_FSYNC_BUCKETS.len())
 }
 
+/// The bound, in seconds, under which at least a share `q` (0–1) of the journal fdatasyncs
+/// counted in `buckets` (as [`Stats::journal_fsync_buckets`]) fell: the upper bound of the
+/// bucket that holds the `q`-quantile, infinite when that is the bucket past the last bound.
+/// `None` when nothing was counted.
+pub fn journal_fsync_quantile_bound(buckets: &[u64], q: f64) -> Option<f64> {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    // The rank of the quantile (1-based), at least the first sync.
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (i, n) in buckets.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return Some(
+                JOURNAL_FSYNC_BUCKETS
+                    .get(i)
+                    .copied()
+                    .unwrap_or(f64::INFINITY),
+            );
+        }
+    }
+    Some(f64::INFINITY)
+}
+
 /// Engine counters (the node exports them as Prometheus metrics).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
@@ -209,5 +235,38 @@ mod tests {
             JOURNAL_FSYNC_BUCKETS.windows(2).all(|w| w[0] < w[1]),
             "bounds rise"
         );
+    }
+
+    #[test]
+    fn a_quantile_bound_is_the_bound_of_the_bucket_holding_that_rank() {
+        let n = JOURNAL_FSYNC_BUCKETS.len() + 1;
+        let with = |pairs: &[(usize, u64)]| {
+            let mut b = vec![0u64; n];
+            for &(i, c) in pairs {
+                b[i] = c;
+            }
+            b
+        };
+        // (buckets, q, bound)
+        let cases: Vec<(Vec<u64>, f64, Option<f64>)> = vec![
+            (with(&[]), 0.99, None),
+            (with(&[(2, 1)]), 0.5, Some(0.002)),
+            (with(&[(2, 1)]), 0.0, Some(0.002)),
+            // 99 fast, 1 slow: p99 is still among the fast ones, the max is not.
+            (with(&[(0, 99), (9, 1)]), 0.99, Some(0.0005)),
+            (with(&[(0, 99), (9, 1)]), 1.0, Some(0.5)),
+            (with(&[(0, 98), (9, 2)]), 0.99, Some(0.5)),
+            (with(&[(0, 50), (4, 50)]), 0.5, Some(0.0005)),
+            (with(&[(0, 50), (4, 50)]), 0.51, Some(0.01)),
+            // Past the last bound: no bound.
+            (with(&[(0, 1), (n - 1, 1)]), 0.99, Some(f64::INFINITY)),
+        ];
+        for (buckets, q, want) in cases {
+            assert_eq!(
+                journal_fsync_quantile_bound(&buckets, q),
+                want,
+                "{buckets:?} q {q}"
+            );
+        }
     }
 }

@@ -66,6 +66,17 @@ impl ClusterView {
         self.list.get(name).or_else(|| self.routing_list.get(name))
     }
 
+    /// Every member, leaving members included, each once.
+    pub fn all_members(&self) -> impl Iterator<Item = &Member> {
+        let listed = self.list.members();
+        listed.iter().chain(
+            self.routing_list
+                .members()
+                .iter()
+                .filter(move |m| !listed.iter().any(|l| l.name == m.name)),
+        )
+    }
+
     /// The ring as `levee_cluster` reasons about it.
     pub fn ring(&self) -> RingState {
         RingState {

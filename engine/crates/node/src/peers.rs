@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::FutureExt;
 use levee_cluster::Member;
 use levee_proto::v1 as pb;
 use parking_lot::Mutex;
@@ -216,16 +215,20 @@ impl Peers {
     pub fn heard(&self, name: &str, leaving: bool) {
         if leaving {
             self.mark_down(name, "it is shutting down");
-            return;
-        }
-        let mut down = self.down.lock();
-        if let Some(since) = down.remove(name) {
-            self.down_changed(&down);
+        } else if let Some(since) = self.unmark(name) {
             log::info!(
                 "member {name} is up again (down for {:.1} s; it says it serves)",
                 since.elapsed().as_secs_f64()
             );
         }
+    }
+
+    /// No longer down: since when it was, if it was.
+    fn unmark(&self, name: &str) -> Option<Instant> {
+        let mut down = self.down.lock();
+        let since = down.remove(name)?;
+        self.down_changed(&down);
+        Some(since)
     }
 
     fn mark_down(&self, name: &str, why: &str) {
@@ -241,50 +244,51 @@ impl Peers {
     }
 
     /// Tell every other member of `view` what this node is doing (`Node.Announce`): shutting
-    /// down (`leaving`) or serving after a start. At once and each within `timeout`; returns
-    /// (told, asked). A member not told learns it from the first call this node refuses, or
-    /// from its next probe.
+    /// down (`leaving`) or serving after a start. At once, each within `timeout`; logs how many
+    /// were told. A member not told learns it from the first call this node refuses, or from
+    /// its next probe.
     pub async fn announce(
         &self,
         view: &crate::membership::ClusterView,
         leaving: bool,
         timeout: Duration,
-    ) -> (usize, usize) {
-        let mut names = BTreeSet::new();
+    ) {
         let calls: Vec<_> = view
-            .list
-            .members()
-            .iter()
-            .chain(view.routing_list.members())
-            .filter(|m| m.name != self.self_name && names.insert(m.name.clone()))
+            .all_members()
+            .filter(|m| m.name != self.self_name)
             .map(|m| {
-                let client = self.client(m);
-                let name = m.name.clone();
-                let me = self.self_name.clone();
+                let (client, name) = (self.client(m), m.name.clone());
+                let mut req = tonic::Request::new(pb::AnnounceRequest {
+                    member: self.self_name.clone(),
+                    leaving,
+                });
+                req.set_timeout(timeout);
                 async move {
-                    let mut req = tonic::Request::new(pb::AnnounceRequest {
-                        member: me,
-                        leaving,
-                    });
-                    req.set_timeout(timeout);
-                    client?.announce(req).await.map(|_| ())
-                }
-                .map(move |r: Result<(), Status>| match r {
-                    Ok(()) => true,
-                    Err(e) => {
+                    let told = match client {
+                        Ok(mut c) => c.announce(req).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = &told {
                         log::debug!("announcing to member {name}: {}", e.message());
-                        false
                     }
-                })
+                    told.is_ok()
+                }
             })
             .collect();
+        if calls.is_empty() {
+            return;
+        }
         let asked = calls.len();
         let told = futures_util::future::join_all(calls)
             .await
             .into_iter()
             .filter(|ok| *ok)
             .count();
-        (told, asked)
+        if leaving {
+            log::info!("shutting down: told {told} of {asked} members this node is leaving");
+        } else {
+            log::info!("told {told} of {asked} members this node serves");
+        }
     }
 
     /// Renewed TLS files: new client settings, and the connections made with the old ones
@@ -330,10 +334,7 @@ impl Peers {
             for name in down {
                 let Some(member) = view.member(&name) else {
                     // No longer a member: nothing routes to it.
-                    let mut down = self.down.lock();
-                    if down.remove(&name).is_some() {
-                        self.down_changed(&down);
-                    }
+                    self.unmark(&name);
                     continue;
                 };
                 let Ok(channel) = self.channel(member) else {
@@ -350,9 +351,7 @@ impl Peers {
                         == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
                 );
                 if serving {
-                    let mut down = self.down.lock();
-                    if let Some(since) = down.remove(&name) {
-                        self.down_changed(&down);
+                    if let Some(since) = self.unmark(&name) {
                         log::info!(
                             "member {name} is up again (down for {:.1} s)",
                             since.elapsed().as_secs_f64()

@@ -217,12 +217,9 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     // Members that marked this node down when it stopped (or could not reach it) route to it
     // again now, not at their next probe. Before readiness: a restart in a rolling update is
     // done, for the next member to stop, only once the others use this one again.
-    let (told, asked) = peers
+    peers
         .announce(&vnodes.membership.view(), false, ANNOUNCE_TIMEOUT)
         .await;
-    if asked > 0 {
-        log::info!("told {told} of {asked} members this node serves");
-    }
     ready.store(true, Ordering::Release);
     println!(
         "levee: serving gRPC on {grpc_addr}, metrics on {http_addr}, {} vnodes in {}",
@@ -245,12 +242,9 @@ pub async fn run(cfg: NodeConfig, stop: impl std::future::Future<Output = ()>) -
     // The other members route this node's replicas to fallbacks from now on, rather than from
     // the first calls it refuses once it stops serving (each of those a failed replica: two of
     // them in a preflist this node holds twice fail a w=2 write).
-    let (told, asked) = peers
+    peers
         .announce(&vnodes.membership.view(), true, ANNOUNCE_TIMEOUT)
         .await;
-    if asked > 0 {
-        log::info!("shutting down: told {told} of {asked} members this node is leaving");
-    }
     if cfg.shutdown_delay_secs > 0 {
         // Not ready, still serving: the Service's endpoints, and kube-proxy's rules on every
         // node, drop this member a moment after its readiness fails. Closing the port now

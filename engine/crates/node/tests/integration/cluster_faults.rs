@@ -20,20 +20,26 @@ use levee_proto::v1 as pb;
 const LOAD: Load = Load { keys: 40, pad: 0 };
 const CLIENTS: usize = 6;
 
+/// `up3` in `d`: each node's [name, gRPC address, metrics address, pid], and (name, gRPC
+/// address) of each.
+fn up3_nodes(d: &str) -> (Vec<Vec<String>>, Vec<(String, String)>) {
+    let nodes: Vec<Vec<String>> = common::cluster::up3(d, &[])
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    let named = nodes.iter().map(|n| (n[0].clone(), n[1].clone())).collect();
+    (nodes, named)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_under_w2_load_loses_no_acknowledged_write_and_handoff_converges() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
-    let up = common::cluster::up3(&d, &[]);
-    let nodes: Vec<Vec<String>> = up
-        .lines()
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect();
+    let (nodes, named) = up3_nodes(&d);
     let addrs: Vec<String> = nodes.iter().map(|n| n[1].clone()).collect();
     let metrics: Vec<String> = nodes.iter().map(|n| n[2].clone()).collect();
-    let named: Vec<(String, String)> = nodes.iter().map(|n| (n[0].clone(), n[1].clone())).collect();
 
     let h = History::new();
     let stop = Arc::new(AtomicBool::new(false));
@@ -267,13 +273,7 @@ async fn a_stopping_member_is_routed_around_before_it_refuses_calls() {
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap().to_string();
     let _down = Down(dir.clone());
-    let up = common::cluster::up3(&d, &[]);
-    // name, gRPC address, metrics address
-    let nodes: Vec<Vec<String>> = up
-        .lines()
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect();
-    let named: Vec<(String, String)> = nodes.iter().map(|n| (n[0].clone(), n[1].clone())).collect();
+    let (nodes, named) = up3_nodes(&d);
     // A key whose preflist holds one member twice.
     let mut found = None;
     for i in 0..5000 {

@@ -365,11 +365,11 @@ impl JournalWriter {
             file.append(&link)
         }
         .ctx(|| format!("writing the link of journal segment {new_id}"))?;
-        let next = segment::encode_next(segment::Next {
+        let next = segment::Next {
             id: self.seg.id,
             next_id: new_id,
             last_sqn,
-        });
+        };
         let out = RolledOut {
             seg: std::mem::replace(&mut self.seg, seg),
             tail: RolledTail {
@@ -401,7 +401,7 @@ pub(crate) struct RolledTail {
     pub file: Arc<dyn StorageFile>,
     /// A reused file is cut to its records' end here before its tail is synced.
     pub cut_to: Option<u64>,
-    /// The mark naming the segment the roll started (`segment::encode_next`), written once that
-    /// segment's directory entry is durable.
-    pub next: Vec<u8>,
+    /// The mark naming the segment the roll started, written (`segment::encode_next`) once
+    /// that segment's directory entry is durable.
+    pub next: segment::Next,
 }

@@ -722,13 +722,12 @@ impl Inner {
         })?;
         for tail in &unsynced {
             let file = &*tail.file;
+            let mark = segment::encode_next(tail.next);
             let marked = match tail.cut_to {
                 // A reused file: the old file's bytes past its records go before its tail is
                 // synced (the sync makes the new length durable with the data).
-                Some(len) => file
-                    .set_len(len)
-                    .and_then(|()| file.write_at(&tail.next, len)),
-                None => file.append(&tail.next),
+                Some(len) => file.set_len(len).and_then(|()| file.write_at(&mark, len)),
+                None => file.append(&mark),
             };
             if let Err(e) = marked {
                 return Err(self.poison_journal(format!(

@@ -78,7 +78,7 @@ impl Object {
             });
         }
         for (index, (m, c)) in live.iter().zip(&contents).enumerate() {
-            let (got_hash, got_size) = (crc32c::crc32c(&c.value), c.value.len() as u64);
+            let (got_hash, got_size) = (levee_checksum::crc32c(&c.value), c.value.len() as u64);
             if let SiblingKind::Value { hash, size } = m.kind {
                 if (hash, size) != (got_hash, got_size) {
                     return Err(ObjectError::ContentMismatch {

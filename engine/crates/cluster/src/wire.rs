@@ -80,7 +80,7 @@ pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 /// Appends the CRC-32C of everything in `out` so far.
 pub(crate) fn seal(out: &mut Vec<u8>) {
-    let crc = crc32c::crc32c(out);
+    let crc = levee_checksum::crc32c(out);
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
@@ -109,7 +109,7 @@ pub(crate) fn open<'a>(
     }
     let body = bytes.len() - 4;
     let stored = u32::from_le_bytes(bytes[body..].try_into().expect("4 bytes"));
-    let computed = crc32c::crc32c(&bytes[..body]);
+    let computed = levee_checksum::crc32c(&bytes[..body]);
     if stored != computed {
         return Err(FormatError::Checksum { stored, computed });
     }

@@ -77,7 +77,7 @@ impl<'a> Reader<'a> {
 
 /// Append a CRC32C of everything in `out` from `start`.
 pub(crate) fn seal(out: &mut Vec<u8>, start: usize) {
-    let crc = crc32c::crc32c(&out[start..]);
+    let crc = levee_checksum::crc32c(&out[start..]);
     put_u32(out, crc);
 }
 
@@ -90,7 +90,7 @@ pub(crate) fn unseal<'a>(buf: &'a [u8], what: &str) -> Result<&'a [u8]> {
     }
     let (payload, crc) = buf.split_at(buf.len() - 4);
     let want = u32::from_le_bytes(crc.try_into().unwrap());
-    let got = crc32c::crc32c(payload);
+    let got = levee_checksum::crc32c(payload);
     if want != got {
         return Err(Error::Corruption(format!(
             "{what}: checksum mismatch (stored {want:08x}, computed {got:08x})"

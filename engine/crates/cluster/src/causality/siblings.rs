@@ -37,7 +37,7 @@ impl SiblingMeta {
         SiblingMeta {
             timestamp_us,
             kind: SiblingKind::Value {
-                hash: crc32c::crc32c(value),
+                hash: levee_checksum::crc32c(value),
                 size: value.len() as u64,
             },
             n_val: 0,

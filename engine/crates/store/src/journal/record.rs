@@ -138,7 +138,7 @@ pub(crate) fn seal(buf: &mut [u8], sqn: u64, synced: u64) {
     if buf[HEADER_BYTES + 8] & SYNCED_FLAG != 0 {
         buf[SYNCED_AT..SYNCED_AT + 8].copy_from_slice(&synced.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&buf[HEADER_BYTES..]);
+    let crc = levee_checksum::crc32c(&buf[HEADER_BYTES..]);
     buf[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -164,7 +164,7 @@ pub(crate) fn parse_kind(kind_byte: u8) -> Option<(Kind, ValueCodec)> {
 
 /// Check the CRC of `body` and decode it.
 pub(crate) fn decode_body(body: &[u8], crc: u32) -> Result<RecordView<'_>> {
-    let got = crc32c::crc32c(body);
+    let got = levee_checksum::crc32c(body);
     if got != crc {
         return Err(Error::Corruption(format!(
             "journal record checksum mismatch (stored {crc:08x}, computed {got:08x})"

@@ -30,7 +30,7 @@ impl<'a> Applied<'a> {
             metadata: view.metadata,
             changes: &view.changes,
             value_len: value.len(),
-            value_hash: crc32c::crc32c(&value),
+            value_hash: levee_checksum::crc32c(&value),
         })
     }
 }
@@ -172,7 +172,7 @@ impl Inner {
         // Outside the write lock: the value's CRC (the ledger's value hash), the record's
         // encoding, and the AAE tree's lookup of the key's old version — a ledger read that may
         // go to disk — under the key's stripe, so no other write of the key comes in between.
-        let value_hash = crc32c::crc32c(value);
+        let value_hash = levee_checksum::crc32c(value);
         let timestamp = now_micros();
         let stripe = self.aae.as_ref().map(|_| self.key_stripe(&lk).lock());
         let aae_delta = match &self.aae {

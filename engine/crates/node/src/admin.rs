@@ -180,7 +180,7 @@ impl pb::admin_server::Admin for AdminService {
                         o.ran = !c.compacted_segments.is_empty();
                         o.bytes_reclaimed = c.bytes_before.saturating_sub(c.bytes_after);
                         o.records_dropped = c.records_dropped;
-                        out.runs += o.ran as u32;
+                        out.runs += c.runs;
                         out.bytes_reclaimed += o.bytes_reclaimed;
                         out.records_dropped += o.records_dropped;
                     }

@@ -166,9 +166,22 @@ mod tests {
         );
         assert!(st.journal_spares_made > 0, "no spare made: {st:?}");
         check(&s, &latest, "live");
-        // Spares ready when the store closes: the close removes them.
+        // Spares ready when the store closes: the close removes them. A compaction call
+        // replaces every segment worth it, the rolled-out ones too: write on until a roll
+        // (onto one of the spares) leaves a rolled-out segment for the scan below.
         s.flush().unwrap();
         s.compact_journal().unwrap();
+        let rolls = s.stats().journal_spares_reused;
+        for _ in 0..20 {
+            if s.stats().journal_spares_reused > rolls {
+                break;
+            }
+            churn(&s, 1, 10, false, &mut latest);
+        }
+        assert!(
+            s.stats().journal_spares_reused > rolls,
+            "no roll onto a spare"
+        );
         assert!(
             s.stats().journal_spares_ready > 0,
             "no spare ready at close"

@@ -5,6 +5,7 @@
 use super::*;
 use crate::pacing::{Pace, Pacer, STORE_BURST};
 use crate::value_codec::{self, ValueCodec};
+use std::collections::HashMap;
 
 /// Bytes a compaction output gathers before one write. Record-sized writes to a new file cost the
 /// kernel as much again in zeroing the unwritten rest of each fresh page cache folio as in copying
@@ -238,9 +239,49 @@ impl Inner {
         Ok(())
     }
 
+    /// Compact runs until none of the segments that were candidates when the call began is
+    /// worth it: a call catches up with what piled up since the last one instead of doing one
+    /// run of at most `max_run` segments (under a write load that fills segments faster than
+    /// one run per call frees them, the journal would otherwise grow for ever: a 16 KB update
+    /// load grew it by 30 MB/s with a call every 5 s, docs/benchmarks.md). Segments that close
+    /// during the call, and the call's own outputs, wait for the next one, so a call ends even
+    /// under a write load that never stops.
     pub(super) fn compact_journal_locked(&self) -> Result<CompactionReport> {
         let started = Instant::now();
         self.checkpoint_closed_segments()?;
+        let mut first: Option<HashMap<u64, f64>> = None;
+        let mut total = CompactionReport::default();
+        loop {
+            let run = self.compact_one_run(&mut first)?;
+            if total.runs == 0 {
+                total.scores = run.scores;
+            }
+            if run.compacted_segments.is_empty() {
+                break;
+            }
+            total.runs += 1;
+            total.compacted_segments.extend(run.compacted_segments);
+            total.records_kept += run.records_kept;
+            total.records_dropped += run.records_dropped;
+            total.bytes_before += run.bytes_before;
+            total.bytes_after += run.bytes_after;
+            total.paced_seconds += run.paced_seconds;
+            if self.closed.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        total.seconds = started.elapsed().as_secs_f64();
+        Ok(total)
+    }
+
+    /// One run: score the candidates, choose a run (leveled's rule) and rewrite it. `first`
+    /// holds the scores of the call's first run, by segment id: later runs of the call reuse
+    /// them (a segment's live share only falls, so an older score keeps more, never less), and
+    /// segments it did not score — outputs, segments closed since — score as wholly live (never
+    /// worth compacting), which keeps the choice's adjacency as it is on disk. So a call reads
+    /// each segment's sample once and rewrites each segment at most once.
+    fn compact_one_run(&self, first: &mut Option<HashMap<u64, f64>>) -> Result<CompactionReport> {
+        let started = Instant::now();
         let protected = self.protected_sqn();
         let candidates: Vec<Arc<Segment>> = self
             .journal
@@ -249,12 +290,24 @@ impl Inner {
             .take_while(|s| s.is_closed() && s.last_sqn().is_some_and(|l| l <= protected))
             .cloned()
             .collect();
-        let seed = now_micros();
-        let scores = candidates
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.score_segment(s, protected, seed.wrapping_add(i as u64 * 7919)))
-            .collect::<Result<Vec<f64>>>()?;
+        let scores = match first {
+            Some(known) => candidates
+                .iter()
+                .map(|s| known.get(&s.id).copied().unwrap_or(100.0))
+                .collect(),
+            None => {
+                let seed = now_micros();
+                let scores = candidates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        self.score_segment(s, protected, seed.wrapping_add(i as u64 * 7919))
+                    })
+                    .collect::<Result<Vec<f64>>>()?;
+                *first = Some(candidates.iter().map(|s| s.id).zip(scores.clone()).collect());
+                scores
+            }
+        };
         let mut report = CompactionReport {
             scores: scores.clone(),
             ..CompactionReport::default()

@@ -91,6 +91,8 @@ pub struct CompactionReport {
     pub records_dropped: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// Runs compacted (a call goes on while a run among the segments it began with is worth it).
+    pub runs: u32,
     pub seconds: f64,
     /// Of `seconds`, the time the run waited for its pace (`compaction_busy_percent`,
     /// `compaction_bytes_per_sec`).
@@ -410,7 +412,8 @@ impl Store {
     }
 
     /// Score the closed journal segments, choose a run with `Config::compaction` thresholds and
-    /// rewrite its live records (original SQNs) into new segments. First makes every closed
+    /// rewrite its live records (original SQNs) into new segments; again, until no run of the
+    /// segments that were candidates when the call began is worth it. First makes every closed
     /// segment eligible: a ledger that has not yet persisted their records (a small store whose
     /// memtable never fills) is flushed, and manifest generations are written until every kept
     /// one has persisted them. Never changes the ledger's contents.

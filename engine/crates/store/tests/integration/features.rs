@@ -485,6 +485,51 @@ fn journal_compaction_runs_on_its_own_thread_at_a_lower_priority() {
     }
 }
 
+/// One call catches up: with more dead segments than one run may take (`max_run`), a call
+/// compacts run after run until none of the segments it began with is worth it, so the next
+/// call finds nothing. One run per call left the rest for later and, under a steady update load,
+/// let the journal grow without bound.
+#[test]
+fn one_compaction_call_compacts_every_run_worth_it() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = journal_cfg();
+    let max_run = cfg.compaction.max_run;
+    let s = Store::open(d.path(), cfg).unwrap();
+    let value = |k: u32, round: u32| format!("{k}:{round}:").repeat(200).into_bytes();
+    for round in 0..6u32 {
+        for k in 0..300u32 {
+            s.put(b"b", &k.to_le_bytes(), &value(k, round), b"", &[])
+                .unwrap();
+        }
+    }
+    let segments = s.stats().journal_segments;
+    assert!(
+        segments > 3 * max_run as u64,
+        "the test needs more dead segments than a few runs take: {segments}"
+    );
+    let report = s.compact_journal().unwrap();
+    assert!(
+        report.runs >= 2 && report.compacted_segments.len() > max_run,
+        "one call, {} runs over {} segments (max_run {max_run})",
+        report.runs,
+        report.compacted_segments.len()
+    );
+    let again = s.compact_journal().unwrap();
+    assert!(
+        again.compacted_segments.is_empty(),
+        "a second call found more to do: {:?} (scores {:?})",
+        again.compacted_segments,
+        again.scores
+    );
+    assert_eq!(s.stats().journal_compaction_runs, u64::from(report.runs));
+    for k in 0..300u32 {
+        assert_eq!(
+            s.get(b"b", &k.to_le_bytes()).unwrap().unwrap().value,
+            value(k, 5)
+        );
+    }
+}
+
 /// A few keys overwritten many times never fill the ledger memtable, so nothing of the journal
 /// is persisted in the ledger; compaction must still reclaim the replaced values (it flushes and
 /// checkpoints first), and every latest value must survive a crash right after it.

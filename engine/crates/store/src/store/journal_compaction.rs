@@ -304,7 +304,13 @@ impl Inner {
                         self.score_segment(s, protected, seed.wrapping_add(i as u64 * 7919))
                     })
                     .collect::<Result<Vec<f64>>>()?;
-                *first = Some(candidates.iter().map(|s| s.id).zip(scores.clone()).collect());
+                *first = Some(
+                    candidates
+                        .iter()
+                        .map(|s| s.id)
+                        .zip(scores.clone())
+                        .collect(),
+                );
                 scores
             }
         };
